@@ -1,0 +1,555 @@
+"""One AMQP 0-9-1 channel: exchange, queue, basic, tx and confirm classes.
+
+The channel turns methods into calls on the virtual host's
+:class:`~broker.messaging.namespace.Namespace` and keeps the per-channel
+state the spec gives it: the content being assembled (basic.publish, then a
+header frame, then body frames — spec 4.2.6), delivery tags and unacked
+deliveries, prefetch limits (basic.qos), flow, transaction and confirm mode.
+
+Soft errors (spec 1.8: 3xx/4xx "soft-error" codes) close only this channel;
+hard errors propagate to the connection.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import struct
+from typing import TYPE_CHECKING, Any, Callable
+
+from broker import errors
+from broker.messaging.message import Message
+from broker.messaging.transaction import AutoCommitTransaction, LocalTransaction
+
+from . import methods as m
+from .delivery import Subscription, deliver_frames, get_ok_frames, return_frames
+from .properties import CODEC, decode_properties, parse_content_header
+
+if TYPE_CHECKING:
+    from broker.messaging.queue import Queue, QueueEntry
+
+    from .connection import AmqpConnection
+
+log = logging.getLogger(__name__)
+
+
+class Mode(enum.Enum):
+    NORMAL = 0
+    CONFIRM = 1
+    TX = 2
+
+
+class Channel:
+    def __init__(self, connection: AmqpConnection, number: int) -> None:
+        self.connection = connection
+        self.number = number
+        self.namespace = connection.namespace
+        self.closing = False
+        self.flow_active = True
+        self.mode = Mode.NORMAL
+        self.tx: LocalTransaction | AutoCommitTransaction = AutoCommitTransaction()
+        # content assembly (spec 4.2.6)
+        self._publish: m.BasicPublish | None = None
+        self._body_size = 0
+        self._properties = b""
+        self._body_parts: list[bytes] = []
+        self._body_received = 0
+        # deliveries
+        self._next_tag = 1
+        self.unacked: dict[int, tuple[QueueEntry, Subscription | None]] = {}
+        self.unacked_bytes = 0
+        self.subscriptions: dict[str, Subscription] = {}
+        self.prefetch_count = 0          # channel-wide (global=true)
+        self.prefetch_size = 0
+        self.consumer_prefetch = 0       # applied to new consumers (global=false)
+        # publisher confirms
+        self.confirm_pending = False
+        self._publish_seq = 0
+        self._acked_upto = 0
+        self.last_queue_name = ""
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            m.BasicPublish: self._basic_publish,
+            m.BasicAck: self._basic_ack,
+            m.BasicNack: self._basic_nack,
+            m.BasicReject: self._basic_reject,
+            m.BasicConsume: self._basic_consume,
+            m.BasicCancel: self._basic_cancel,
+            m.BasicGet: self._basic_get,
+            m.BasicQos: self._basic_qos,
+            m.BasicRecover: self._basic_recover,
+            m.BasicRecoverAsync: self._basic_recover,
+            m.ExchangeDeclare: self._exchange_declare,
+            m.ExchangeDelete: self._exchange_delete,
+            m.ExchangeBind: self._exchange_bind,
+            m.ExchangeUnbind: self._exchange_unbind,
+            m.ExchangeBound: self._exchange_bound,
+            m.QueueDeclare: self._queue_declare,
+            m.QueueBind: self._queue_bind,
+            m.QueueUnbind: self._queue_unbind,
+            m.QueuePurge: self._queue_purge,
+            m.QueueDelete: self._queue_delete,
+            m.ChannelFlow: self._channel_flow,
+            m.ChannelFlowOk: lambda method: None,
+            m.ChannelClose: self._channel_close,
+            m.ChannelCloseOk: self._channel_close_ok,
+            m.ChannelOpen: self._channel_open_again,
+            m.TxSelect: self._tx_select,
+            m.TxCommit: self._tx_commit,
+            m.TxRollback: self._tx_rollback,
+            m.ConfirmSelect: self._confirm_select,
+            m.AccessRequest: self._access_request,
+            m.BasicCancelOk: lambda method: None,
+        }
+
+    # -- frame entry points ------------------------------------------------------
+    def method(self, method: m.Method, payload: bytes) -> None:
+        if self.closing:
+            if isinstance(method, m.ChannelCloseOk):
+                self.connection.channel_closed(self.number)
+            elif isinstance(method, m.ChannelClose):
+                self.connection.send_method(self.number, m.ChannelCloseOk())
+            return
+        if self._publish is not None:
+            raise errors.UnexpectedFrame(
+                f"expected content header for class 60, got method {method.NAME} on channel {self.number}")
+        handler = self._handlers.get(type(method))
+        if handler is None:
+            raise errors.NotImplemented_(f"{method.NAME} is not implemented")
+        try:
+            handler(method)
+        except errors.BrokerError as exc:
+            if exc.hard:
+                self.connection.hard_error_in_method(exc, method)
+            else:
+                self.soft_error(exc, method)
+
+    def header_frame(self, payload: bytes) -> None:
+        if self.closing:
+            return
+        if self._publish is None or self._properties:
+            raise errors.UnexpectedFrame(f"content header frame on channel {self.number} without basic.publish")
+        try:
+            class_id, body_size, props = parse_content_header(payload)
+        except Exception as exc:
+            raise errors.FrameError(f"malformed content header: {exc}")
+        if class_id != 60:
+            raise errors.UnexpectedFrame(f"content header for class {class_id}, expected 60 (basic)")
+        max_size = self.connection.host.max_message_size
+        if body_size > max_size:
+            publish = self._publish
+            self._publish = None
+            self._body_size = body_size
+            self._skip_body(publish, errors.PreconditionFailed(
+                f"message size {body_size} is larger than configured max size {max_size}"))
+            return
+        self._properties = props or b"\x00\x00"
+        self._body_size = body_size
+        if body_size == 0:
+            self._complete_publish()
+
+    def body_frame(self, payload: bytes) -> None:
+        if self.closing:
+            return
+        if self._publish is None or not self._properties:
+            raise errors.UnexpectedFrame(f"content body frame on channel {self.number} without a content header")
+        self._body_parts.append(payload)
+        self._body_received += len(payload)
+        if self._body_received >= self._body_size:
+            if self._body_received > self._body_size:
+                raise errors.FrameError(
+                    f"content body of {self._body_received} bytes exceeds the declared {self._body_size}")
+            self._complete_publish()
+
+    def _skip_body(self, publish: m.BasicPublish, exc: errors.BrokerError) -> None:
+        # close the channel; the body frames that follow are dropped because closing
+        self.soft_error(exc, publish)
+
+    # -- basic.publish -------------------------------------------------------------
+    def _basic_publish(self, method: m.BasicPublish) -> None:
+        if method.immediate:
+            # RabbitMQ 3.0+: immediate is not supported, and says so loudly
+            raise errors.NotImplemented_("immediate=true")
+        self.connection.has_published = True
+        self._publish = method
+        self._properties = b""
+        self._body_parts = []
+        self._body_received = 0
+        if self.mode is Mode.CONFIRM:
+            self._publish_seq += 1
+
+    def _complete_publish(self) -> None:
+        publish = self._publish
+        assert publish is not None
+        self._publish = None
+        parts = self._body_parts
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        self._body_parts = []
+        encoded = self._properties
+        self._properties = b""
+        try:
+            props = decode_properties(encoded, 0)
+        except (ValueError, IndexError, UnicodeDecodeError, struct.error) as exc:
+            self.connection.hard_error_in_method(
+                errors.FrameError(f"malformed content header properties: {exc}"), publish)
+            return
+        ns = self.namespace
+        self.connection.messages_received += 1
+        try:
+            message = Message(exchange=publish.exchange, routing_key=publish.routing_key, body=body,
+                              properties=props, encoded_properties=encoded, codec=CODEC, arrival=ns.clock())
+            queues = ns.route(publish.exchange, message)
+        except errors.BrokerError as exc:
+            if exc.hard:
+                self.connection.hard_error_in_method(exc, publish)
+            else:
+                self.soft_error(exc, publish)
+            return
+        if not queues:
+            if publish.mandatory:
+                out: list[bytes] = []
+                size = return_frames(out, self.number, 312, "NO_ROUTE", message, self.connection.frame_max)
+                self.connection.write_frames(out, size)
+            self._confirm(True)
+            return
+        if self.mode is Mode.TX:
+            assert isinstance(self.tx, LocalTransaction)
+            self.tx.enqueue(queues, message)
+            return
+        accepted = True
+        for queue in queues:
+            if not queue.enqueue(message):
+                accepted = False
+        self._confirm(accepted)
+
+    def _confirm(self, accepted: bool) -> None:
+        if self.mode is not Mode.CONFIRM:
+            return
+        if accepted:
+            self.confirm_pending = True
+            return
+        # reject-publish: everything before this one is acked, this one nacked
+        seq = self._publish_seq
+        if seq - 1 > self._acked_upto:
+            self._send_ack_upto(seq - 1)
+        self.connection.send_method(self.number, m.BasicNack(delivery_tag=seq, multiple=False, requeue=False))
+        self._acked_upto = seq
+
+    def flush_confirms(self) -> None:
+        """Acknowledge every publish so far with one basic.ack(multiple) (spec ext. confirms)."""
+        self.confirm_pending = False
+        if self._publish_seq > self._acked_upto and not self.closing:
+            self._send_ack_upto(self._publish_seq if self._publish is None else self._publish_seq - 1)
+
+    def _send_ack_upto(self, seq: int) -> None:
+        if seq <= self._acked_upto:
+            return
+        multiple = seq - self._acked_upto > 1
+        self.connection.send_method(self.number, m.BasicAck(delivery_tag=seq, multiple=multiple))
+        self._acked_upto = seq
+
+    # -- consumers and deliveries ----------------------------------------------------
+    def can_send(self) -> bool:
+        return self.flow_active and not self.closing and self.connection.writable
+
+    def can_send_unacked(self, size: int) -> bool:
+        if not (self.flow_active and not self.closing and self.connection.writable):
+            return False
+        if self.prefetch_count and len(self.unacked) >= self.prefetch_count:
+            return False
+        if self.prefetch_size and self.unacked and self.unacked_bytes + size > self.prefetch_size:
+            return False
+        return True
+
+    def deliver(self, sub: Subscription, entry: QueueEntry) -> None:
+        tag = self._next_tag
+        self._next_tag = tag + 1
+        message = entry.message
+        if not sub.no_ack:
+            self.unacked[tag] = (entry, sub)
+            self.unacked_bytes += message.body_size
+            sub.unacked += 1
+        out: list[bytes] = []
+        size = deliver_frames(out, self.number, sub.encoded_tag, tag, entry.redelivered, message,
+                              self.connection.frame_max)
+        self.connection.messages_sent += 1
+        self.connection.write_frames(out, size)
+
+    def resume_deliveries(self) -> None:
+        for sub in self.subscriptions.values():
+            self.connection.schedule_dispatch(sub.queue)
+
+    def consumer_cancelled_by_broker(self, sub: Subscription) -> None:
+        """The queue was deleted: tell the client if it understands basic.cancel from us."""
+        if self.subscriptions.pop(sub.tag, None) is None:
+            return
+        sub.cancelled = True
+        caps = self.connection.client_capabilities
+        if caps.get("consumer_cancel_notify") and not self.closing:
+            self.connection.send_method(self.number, m.BasicCancel(consumer_tag=sub.tag, nowait=True))
+
+    def _basic_consume(self, method: m.BasicConsume) -> None:
+        queue = self._queue(method.queue)
+        tag = method.consumer_tag or f"amq.ctag-{os.urandom(16).hex()}"
+        if tag in self.subscriptions:
+            raise errors.NotAllowed(f"attempt to reuse consumer tag '{tag}'")
+        sub = Subscription(self, queue, tag, no_ack=method.no_ack, exclusive=method.exclusive,
+                           prefetch_count=self.consumer_prefetch, arguments=method.arguments)
+        sub.cancelled = True                      # no deliveries before consume-ok
+        queue.add_consumer(sub, exclusive=method.exclusive)
+        self.subscriptions[tag] = sub
+        if not method.nowait:
+            self.connection.send_method(self.number, m.BasicConsumeOk(consumer_tag=tag))
+        sub.cancelled = False
+        self.connection.schedule_dispatch(queue)
+
+    def _basic_cancel(self, method: m.BasicCancel) -> None:
+        sub = self.subscriptions.pop(method.consumer_tag, None)
+        if sub is not None:
+            sub.cancelled = True
+            sub.queue.remove_consumer(sub)
+        if not method.nowait:
+            self.connection.send_method(self.number, m.BasicCancelOk(consumer_tag=method.consumer_tag))
+
+    def _basic_get(self, method: m.BasicGet) -> None:
+        queue = self._queue(method.queue)
+        entry = queue.get()
+        if entry is None:
+            self.connection.send_method(self.number, m.BasicGetEmpty())
+            return
+        tag = self._next_tag
+        self._next_tag = tag + 1
+        if method.no_ack:
+            queue.settle(entry)
+        else:
+            self.unacked[tag] = (entry, None)
+            self.unacked_bytes += entry.message.body_size
+        out: list[bytes] = []
+        size = get_ok_frames(out, self.number, tag, entry.redelivered, entry.message, queue.message_count,
+                             self.connection.frame_max)
+        self.connection.messages_sent += 1
+        self.connection.write_frames(out, size)
+
+    def _basic_qos(self, method: m.BasicQos) -> None:
+        if method.global_:
+            self.prefetch_count = method.prefetch_count
+            self.prefetch_size = method.prefetch_size
+        else:
+            self.consumer_prefetch = method.prefetch_count
+            self.prefetch_size = method.prefetch_size
+        self.connection.send_method(self.number, m.BasicQosOk())
+        self.resume_deliveries()
+
+    # -- settlement --------------------------------------------------------------
+    def _take(self, delivery_tag: int, multiple: bool) -> list[tuple[QueueEntry, Subscription | None]]:
+        unacked = self.unacked
+        if multiple:
+            taken = []
+            upto = delivery_tag or self._next_tag
+            while unacked:
+                tag = next(iter(unacked))
+                if tag > upto:
+                    break
+                taken.append(unacked.pop(tag))
+            if delivery_tag and not taken and delivery_tag >= self._next_tag:
+                raise errors.PreconditionFailed(f"unknown delivery tag {delivery_tag}")
+        else:
+            item = unacked.pop(delivery_tag, None)
+            if item is None:
+                raise errors.PreconditionFailed(f"unknown delivery tag {delivery_tag}")
+            taken = [item]
+        for entry, sub in taken:
+            self.unacked_bytes -= entry.message.body_size
+            if sub is not None:
+                sub.unacked -= 1
+                if not sub.cancelled:
+                    self.connection.schedule_dispatch(sub.queue)
+        if self.prefetch_count or self.prefetch_size:
+            self.resume_deliveries()
+        return taken
+
+    def _basic_ack(self, method: m.BasicAck) -> None:
+        for entry, _sub in self._take(method.delivery_tag, method.multiple):
+            self.tx.settle(entry)
+
+    def _basic_reject(self, method: m.BasicReject) -> None:
+        self._settle_negatively(self._take(method.delivery_tag, False), method.requeue)
+
+    def _basic_nack(self, method: m.BasicNack) -> None:
+        self._settle_negatively(self._take(method.delivery_tag, method.multiple), method.requeue)
+
+    def _settle_negatively(self, taken: list[tuple[QueueEntry, Subscription | None]], requeue: bool) -> None:
+        for entry, _sub in taken:
+            if requeue:
+                self.tx.release(entry)
+            else:
+                self.tx.reject(entry)
+            self.connection.schedule_dispatch(entry.queue)
+
+    def _basic_recover(self, method: m.BasicRecover | m.BasicRecoverAsync) -> None:
+        # Both requeue=true and requeue=false put the messages back in their queues
+        # (redelivered), so they reach this or another consumer again.
+        self.release_unacked()
+        if isinstance(method, m.BasicRecover):
+            self.connection.send_method(self.number, m.BasicRecoverOk())
+
+    def release_unacked(self) -> None:
+        taken = list(self.unacked.values())
+        self.unacked.clear()
+        self.unacked_bytes = 0
+        for entry, sub in taken:
+            if sub is not None:
+                sub.unacked -= 1
+            entry.queue.release(entry)
+            self.connection.schedule_dispatch(entry.queue)
+
+    def release_all(self) -> None:
+        """Channel or connection closing: cancel consumers, requeue what was not acked."""
+        for sub in list(self.subscriptions.values()):
+            sub.cancelled = True
+            sub.queue.remove_consumer(sub)
+        self.subscriptions.clear()
+        if isinstance(self.tx, LocalTransaction):
+            self.tx.rollback()
+        self.release_unacked()
+        self._publish = None
+
+    # -- exchange class ----------------------------------------------------------
+    def _exchange_declare(self, method: m.ExchangeDeclare) -> None:
+        self.namespace.declare_exchange(
+            method.exchange, method.type, passive=method.passive, durable=method.durable,
+            auto_delete=method.auto_delete, internal=method.internal, arguments=method.arguments)
+        if not method.nowait:
+            self.connection.send_method(self.number, m.ExchangeDeclareOk())
+
+    def _exchange_delete(self, method: m.ExchangeDelete) -> None:
+        self.namespace.delete_exchange(method.exchange, if_unused=method.if_unused)
+        if not method.nowait:
+            self.connection.send_method(self.number, m.ExchangeDeleteOk())
+
+    def _exchange_bind(self, method: m.ExchangeBind) -> None:
+        self.namespace.bind_exchange(method.destination, method.source, method.routing_key, method.arguments)
+        if not method.nowait:
+            self.connection.send_method(self.number, m.ExchangeBindOk())
+
+    def _exchange_unbind(self, method: m.ExchangeUnbind) -> None:
+        self.namespace.unbind_exchange(method.destination, method.source, method.routing_key, method.arguments)
+        if not method.nowait:
+            self.connection.send_method(self.number, m.ExchangeUnbindOk())
+
+    def _exchange_bound(self, method: m.ExchangeBound) -> None:
+        # Qpid's exchange.bound: reply codes of Qpid's 0-9-1 client
+        # (0 ok, 1 exchange not found, 2 queue not found, 3 no bindings,
+        #  4 queue not bound, 5 no queue bound with that key, 6 queue not bound with that key)
+        code, text = self.namespace.binding_status(method.exchange, method.queue, method.routing_key)
+        self.connection.send_method(self.number, m.ExchangeBoundOk(reply_code=code, reply_text=text))
+
+    # -- queue class -----------------------------------------------------------------
+    def _queue_name(self, name: str) -> str:
+        # spec 0-9-1 1.7.2: an empty queue name means the channel's last declared queue
+        if name:
+            return name
+        if not self.last_queue_name:
+            raise errors.NotFound("no previously declared queue")
+        return self.last_queue_name
+
+    def _queue(self, name: str) -> Queue:
+        return self.namespace.queue(self._queue_name(name), owner=self.connection)
+
+    def _queue_declare(self, method: m.QueueDeclare) -> None:
+        name = method.queue
+        if name.startswith("amq.") and not method.passive:
+            raise errors.AccessRefused(
+                f"queue name '{name}' contains reserved prefix 'amq.*'")
+        queue, message_count, consumer_count = self.namespace.declare_queue(
+            name, passive=method.passive, durable=method.durable,
+            exclusive_owner=self.connection if method.exclusive else None,
+            auto_delete=method.auto_delete, arguments=method.arguments)
+        self.last_queue_name = queue.name
+        if not method.nowait:
+            self.connection.send_method(self.number, m.QueueDeclareOk(
+                queue=queue.name, message_count=message_count, consumer_count=consumer_count))
+
+    def _queue_bind(self, method: m.QueueBind) -> None:
+        self.namespace.bind_queue(self._queue_name(method.queue), method.exchange, method.routing_key,
+                                  method.arguments, owner=self.connection)
+        if not method.nowait:
+            self.connection.send_method(self.number, m.QueueBindOk())
+
+    def _queue_unbind(self, method: m.QueueUnbind) -> None:
+        self.namespace.unbind_queue(self._queue_name(method.queue), method.exchange, method.routing_key,
+                                    method.arguments, owner=self.connection)
+        self.connection.send_method(self.number, m.QueueUnbindOk())
+
+    def _queue_purge(self, method: m.QueuePurge) -> None:
+        count = self._queue(method.queue).purge()
+        if not method.nowait:
+            self.connection.send_method(self.number, m.QueuePurgeOk(message_count=count))
+
+    def _queue_delete(self, method: m.QueueDelete) -> None:
+        count = self.namespace.delete_queue(self._queue_name(method.queue), if_unused=method.if_unused,
+                                            if_empty=method.if_empty, owner=self.connection)
+        if not method.nowait:
+            self.connection.send_method(self.number, m.QueueDeleteOk(message_count=count))
+
+    # -- channel class -------------------------------------------------------------
+    def _channel_flow(self, method: m.ChannelFlow) -> None:
+        self.flow_active = method.active
+        self.connection.send_method(self.number, m.ChannelFlowOk(active=method.active))
+        if method.active:
+            self.resume_deliveries()
+
+    def _channel_close(self, method: m.ChannelClose) -> None:
+        self.release_all()
+        self.connection.send_method(self.number, m.ChannelCloseOk())
+        self.connection.channel_closed(self.number)
+
+    def _channel_close_ok(self, method: m.ChannelCloseOk) -> None:
+        raise errors.CommandInvalid(f"channel.close-ok on channel {self.number}, which was not closing")
+
+    def _channel_open_again(self, method: m.ChannelOpen) -> None:
+        raise errors.ChannelError(f"second 'channel.open' seen on channel {self.number}")
+
+    def _access_request(self, method: Any) -> None:
+        # 0-8/0-9 access.request: realms are gone; grant ticket 1 as Broker-J does
+        self.connection.send_method(self.number, m.AccessRequestOk(ticket=1))
+
+    def soft_error(self, exc: errors.BrokerError, method: m.Method) -> None:
+        from .connection import method_ids
+
+        class_id, method_id = method_ids(method, self.connection.version)
+        log.debug("closing channel %d: %s", self.number, exc.reply_text)
+        self.release_all()
+        self.closing = True
+        self.connection.send_method(self.number, m.ChannelClose(
+            reply_code=exc.reply_code, reply_text=exc.reply_text[:255], class_id=class_id, method_id=method_id))
+
+    # -- tx and confirm classes -------------------------------------------------------
+    def _tx_select(self, method: m.TxSelect) -> None:
+        if self.mode is Mode.CONFIRM:
+            raise errors.PreconditionFailed("cannot switch from confirm to tx mode")
+        if self.mode is not Mode.TX:
+            self.mode = Mode.TX
+            self.tx = LocalTransaction()
+        self.connection.send_method(self.number, m.TxSelectOk())
+
+    def _tx_commit(self, method: m.TxCommit) -> None:
+        if not isinstance(self.tx, LocalTransaction):
+            raise errors.PreconditionFailed("channel is not transactional")
+        self.tx.commit()
+        self.tx = LocalTransaction()
+        self.connection.send_method(self.number, m.TxCommitOk())
+
+    def _tx_rollback(self, method: m.TxRollback) -> None:
+        if not isinstance(self.tx, LocalTransaction):
+            raise errors.PreconditionFailed("channel is not transactional")
+        self.tx.rollback()
+        self.tx = LocalTransaction()
+        self.connection.send_method(self.number, m.TxRollbackOk())
+
+    def _confirm_select(self, method: m.ConfirmSelect) -> None:
+        if self.mode is Mode.TX:
+            raise errors.PreconditionFailed("cannot switch from tx to confirm mode")
+        self.mode = Mode.CONFIRM
+        if not method.nowait:
+            self.connection.send_method(self.number, m.ConfirmSelectOk())

@@ -1,0 +1,490 @@
+"""The AMQP 0-8 / 0-9 / 0-9-1 connection engine (server side), sans-IO.
+
+Feed it bytes with :meth:`AmqpConnection.receive_data`; take bytes to write
+with :meth:`AmqpConnection.data_to_send`.  It never touches a socket, a clock
+or a thread: the transport drives it, and tells it when written bytes have
+drained (:meth:`output_drained`) and when the peer went away
+(:meth:`connection_lost`).
+
+Everything that affects the connection's state machine lives here; the
+semantics of channel methods live in :mod:`.channel`.
+
+Error handling follows spec 0-9-1 section 1.8 / 4.2.x: a *soft* error closes
+one channel (``channel.close``), a *hard* error closes the connection
+(``connection.close``); after sending ``connection.close`` every frame but
+``connection.close``/``close-ok`` is discarded.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import platform
+import struct
+import uuid
+from typing import Any, Callable
+
+from broker import errors
+from broker.protocol.detect import AmqpVersion
+from broker.protocol.host import Principal, ProtocolHost
+
+from . import methods as m
+from .codec import (FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD,
+                    FRAME_MIN_SIZE, HEARTBEAT_FRAME, decode_table_entries, method_frame)
+
+log = logging.getLogger(__name__)
+
+_FRAME_HEADER = struct.Struct(">BHI")
+_METHOD_ID = struct.Struct(">I")
+
+
+class State(enum.Enum):
+    AWAITING_START_OK = "awaiting connection.start-ok"
+    AWAITING_TUNE_OK = "awaiting connection.tune-ok"
+    AWAITING_OPEN = "awaiting connection.open"
+    OPEN = "open"
+    CLOSING = "closing"          # we sent connection.close and await close-ok
+    CLOSED = "closed"
+
+
+_VERSION_TABLES = {
+    AmqpVersion.V0_8: (m.DECODERS_0_8, m.ENCODERS_0_8, (8, 0)),
+    AmqpVersion.V0_9: (m.DECODERS_0_9, m.ENCODERS_0_9, (0, 9)),
+    AmqpVersion.V0_9_1: (m.DECODERS_0_9_1, m.ENCODERS_0_9_1, (0, 9)),
+}
+
+# Methods only a server sends: a client sending one is 503 COMMAND_INVALID.
+_SERVER_ONLY = {
+    m.ConnectionStart, m.ConnectionSecure, m.ConnectionTune, m.ConnectionOpenOk,
+    m.ChannelOpenOk, m.ExchangeDeclareOk, m.ExchangeDeleteOk, m.ExchangeBindOk,
+    m.ExchangeUnbindOk, m.QueueDeclareOk, m.QueueBindOk, m.QueueUnbindOk, m.QueuePurgeOk,
+    m.QueueDeleteOk, m.BasicQosOk, m.BasicConsumeOk, m.BasicDeliver, m.BasicGetOk,
+    m.BasicGetEmpty, m.BasicReturn, m.BasicRecoverOk, m.TxSelectOk, m.TxCommitOk,
+    m.TxRollbackOk, m.ConfirmSelectOk,
+}
+
+CAPABILITIES = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+    "consumer_priorities": False,
+    "direct_reply_to": False,
+}
+
+WRITE_BUFFER_LIMIT = 1 << 20     # stop deliveries when this much output is queued
+
+
+def method_ids(method: m.Method, version: AmqpVersion) -> tuple[int, int]:
+    table = {AmqpVersion.V0_8: m.IDS_0_8, AmqpVersion.V0_9: m.IDS_0_9}.get(version, m.IDS_0_9_1)
+    return table.get(type(method), (0, 0))
+
+
+class AmqpConnection:
+    """One client connection speaking AMQP 0-8, 0-9 or 0-9-1."""
+
+    def __init__(self, host: ProtocolHost, version: AmqpVersion, *, remote_host: str,
+                 remote_port: int = 0, port_name: str = "AMQP") -> None:
+        from .channel import Channel  # noqa: F401  (import cycle: channel needs this module)
+
+        self.host = host
+        self.version = version
+        self.remote_host = remote_host
+        self.remote_port = remote_port
+        self.port_name = port_name
+        self.id = str(uuid.uuid4())
+        self.state = State.AWAITING_START_OK
+        self._decoders, self._encoders, self._version_pair = _VERSION_TABLES[version]
+        self._rest = b""
+        self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._in_flight = 0
+        self.on_output: Callable[[], None] = lambda: None
+        self.closed = False                  # transport closes once output is flushed
+        self.close_reason = ""
+        self.principal: Principal | None = None
+        self.namespace: Any = None
+        self.virtual_host_name = ""
+        self.client_properties: dict[str, Any] = {}
+        self.client_capabilities: dict[str, Any] = {}
+        self.channel_max = host.channel_max
+        self.frame_max = host.frame_max
+        self._frame_limit = max(host.frame_max, FRAME_MIN_SIZE)
+        self.heartbeat = 0
+        self.channels: dict[int, Channel] = {}
+        self._dispatch_pending: set[Any] = set()
+        self.blocked = False
+        self.has_published = False
+        self.bytes_received = 0
+        self.bytes_sent = 0
+        self.messages_received = 0
+        self.messages_sent = 0
+
+    # -- transport-facing API -------------------------------------------------
+    def start(self) -> None:
+        """Begin the handshake (spec 4.2.2): send connection.start."""
+        major, minor = self._version_pair
+        mechanisms = " ".join(self.host.sasl_mechanisms(self.remote_host)).encode()
+        self.send_method(0, m.ConnectionStart(
+            version_major=major, version_minor=minor,
+            server_properties=self._server_properties(),
+            mechanisms=mechanisms, locales=b"en_US",
+        ))
+
+    def receive_data(self, data: bytes) -> None:
+        if self.state is State.CLOSED:
+            return
+        self.bytes_received += len(data)
+        buf = self._rest + data if self._rest else data
+        n = len(buf)
+        o = 0
+        limit = self._frame_limit
+        try:
+            while n - o >= 7:
+                ftype, channel, size = _FRAME_HEADER.unpack_from(buf, o)
+                if size > limit - 8:
+                    raise errors.FrameError(
+                        f"frame of {size + 8} bytes exceeds the negotiated frame_max of {limit}")
+                end = o + 7 + size
+                if end >= n:
+                    break
+                if buf[end] != FRAME_END:
+                    raise errors.FrameError(f"frame-end octet is 0x{buf[end]:02x}, expected 0xce")
+                payload = buf[o + 7:end]
+                o = end + 1
+                self._frame(ftype, channel, payload)
+                if self.state is State.CLOSED:
+                    break
+        except errors.BrokerError as exc:
+            self._connection_error(exc)
+        except Exception as exc:  # a bug must not take the broker down with it
+            log.exception("internal error on connection %s", self.id)
+            self._connection_error(errors.InternalError(f"internal error: {exc!r}"))
+        self._rest = buf[o:] if o < n and self.state is not State.CLOSED else b""
+        self._after_input()
+
+    def data_to_send(self) -> bytes:
+        if not self._out:
+            return b""
+        data = b"".join(self._out)
+        self._out.clear()
+        self._in_flight += self._out_bytes
+        self._out_bytes = 0
+        self.bytes_sent += len(data)
+        return data
+
+    def output_drained(self) -> None:
+        """The transport wrote everything it took: deliveries may resume."""
+        was_full = self._in_flight + self._out_bytes >= WRITE_BUFFER_LIMIT
+        self._in_flight = 0
+        if was_full and self.state is State.OPEN:
+            for ch in list(self.channels.values()):
+                ch.resume_deliveries()
+            self._run_dispatch()
+
+    @property
+    def writable(self) -> bool:
+        return self._in_flight + self._out_bytes < WRITE_BUFFER_LIMIT
+
+    @property
+    def reading_paused(self) -> bool:
+        """RabbitMQ blocks only connections that publish while a resource alarm is on."""
+        return self.blocked and self.has_published
+
+    def connection_lost(self) -> None:
+        """The peer went away (EOF, reset, missed heartbeats): release everything."""
+        if self.state is State.CLOSED:
+            return
+        self._teardown()
+        self.state = State.CLOSED
+        self.closed = True
+
+    def send_heartbeat(self) -> None:
+        self._write(HEARTBEAT_FRAME)
+
+    def close(self, error: errors.BrokerError) -> None:
+        """Broker-initiated close (e.g. 320 CONNECTION_FORCED on shutdown)."""
+        self._connection_error(error)
+        self._after_input()
+
+    def set_blocked(self, blocked: bool, reason: str = "low on memory") -> None:
+        """Resource alarm changed: tell clients that asked for connection.blocked."""
+        if blocked == self.blocked:
+            return
+        self.blocked = blocked
+        if self.state is State.OPEN and self.client_capabilities.get("connection.blocked"):
+            self.send_method(0, m.ConnectionBlocked(reason=reason) if blocked else m.ConnectionUnblocked())
+
+    # -- output -----------------------------------------------------------------
+    def _write(self, data: bytes) -> None:
+        if not self._out:
+            self._out.append(data)
+            self._out_bytes += len(data)
+            self.on_output()
+        else:
+            self._out.append(data)
+            self._out_bytes += len(data)
+
+    def write_frames(self, frames: list[bytes], size: int) -> None:
+        """Queue several already-encoded frames (deliveries)."""
+        wake = not self._out
+        self._out.extend(frames)
+        self._out_bytes += size
+        if wake:
+            self.on_output()
+
+    def send_method(self, channel: int, method: m.Method) -> None:
+        encoder = self._encoders.get(type(method))
+        if encoder is None:
+            raise errors.InternalError(f"{method.NAME} does not exist in AMQP {self.version.value}")
+        self._write(method_frame(channel, encoder(method)))
+
+    def schedule_dispatch(self, queue: Any) -> None:
+        self._dispatch_pending.add(queue)
+
+    def _run_dispatch(self) -> None:
+        while self._dispatch_pending:
+            pending = self._dispatch_pending
+            self._dispatch_pending = set()
+            for queue in pending:
+                queue.dispatch()
+
+    def _after_input(self) -> None:
+        for ch in self.channels.values():
+            if ch.confirm_pending:
+                ch.flush_confirms()
+        if self._dispatch_pending:
+            self._run_dispatch()
+
+    # -- frames -----------------------------------------------------------------
+    def _frame(self, ftype: int, channel: int, payload: bytes) -> None:
+        if ftype == FRAME_METHOD:
+            self._method_frame(channel, payload)
+        elif ftype == FRAME_BODY or ftype == FRAME_HEADER:
+            if self.state is State.CLOSING:
+                return
+            ch = self.channels.get(channel)
+            if ch is None or self.state is not State.OPEN:
+                raise errors.UnexpectedFrame(
+                    f"content frame on channel {channel}, which is not open")
+            if ftype == FRAME_BODY:
+                ch.body_frame(payload)
+            else:
+                ch.header_frame(payload)
+        elif ftype == FRAME_HEARTBEAT:
+            if channel != 0:
+                raise errors.FrameError(f"heartbeat frame on channel {channel}, must be channel 0")
+        else:
+            raise errors.FrameError(f"unknown frame type {ftype}")
+
+    def decode_method(self, payload: bytes) -> m.Method:
+        if len(payload) < 4:
+            raise errors.FrameError("method frame shorter than its class and method ids")
+        key = _METHOD_ID.unpack_from(payload, 0)[0]
+        decoder = self._decoders.get(key)
+        if decoder is None:
+            raise errors.NotImplemented_(
+                f"unknown method class {key >> 16} method {key & 0xFFFF} in AMQP {self.version.value}")
+        try:
+            return decoder(payload, 4)
+        except (ValueError, IndexError, struct.error, UnicodeDecodeError) as exc:
+            raise errors.SyntaxError_(f"malformed arguments for method {key >> 16}/{key & 0xFFFF}: {exc}")
+
+    def _method_frame(self, channel: int, payload: bytes) -> None:
+        method = self.decode_method(payload)
+        cls = type(method)
+        if self.state is State.CLOSING:
+            if channel == 0 and cls is m.ConnectionCloseOk:
+                self._finish()
+            elif channel == 0 and cls is m.ConnectionClose:
+                self.send_method(0, m.ConnectionCloseOk())
+                self._finish()
+            return
+        if cls in _SERVER_ONLY:
+            raise errors.CommandInvalid(f"{method.NAME} is sent by servers, not clients")
+        if channel == 0:
+            self._connection_method(method)
+            return
+        if self.state is not State.OPEN:
+            raise errors.ChannelError(f"{method.NAME} on channel {channel} before connection.open-ok")
+        ch = self.channels.get(channel)
+        if ch is None:
+            if cls is m.ChannelOpen:
+                self._open_channel(channel)
+            elif cls is m.ChannelCloseOk or cls is m.ChannelClose:
+                # close of a channel we already forgot: answer close, ignore close-ok
+                if cls is m.ChannelClose:
+                    self.send_method(channel, m.ChannelCloseOk())
+            else:
+                raise errors.ChannelError(
+                    f"expected 'channel.open' on channel {channel}, got '{method.NAME}'")
+            return
+        ch.method(method, payload)
+
+    def _open_channel(self, number: int) -> None:
+        from .channel import Channel
+
+        if number > self.channel_max:
+            raise errors.ChannelError(
+                f"channel {number} exceeds the negotiated channel_max of {self.channel_max}")
+        self.channels[number] = Channel(self, number)
+        reply = m.ChannelOpenOk() if self.version is AmqpVersion.V0_8 else m.ChannelOpenOk(channel_id=b"")
+        self.send_method(number, reply)
+
+    def channel_closed(self, number: int) -> None:
+        self.channels.pop(number, None)
+
+    # -- connection class (channel 0) ------------------------------------------
+    def _connection_method(self, method: m.Method) -> None:
+        cls = type(method)
+        state = self.state
+        if cls is m.ConnectionClose:
+            self._teardown()
+            self.send_method(0, m.ConnectionCloseOk())
+            self._finish()
+        elif cls is m.ConnectionCloseOk:
+            raise errors.CommandInvalid("connection.close-ok without a connection.close")
+        elif state is State.AWAITING_START_OK and cls is m.ConnectionStartOk:
+            self._start_ok(method)  # type: ignore[arg-type]
+        elif state is State.AWAITING_TUNE_OK and cls is m.ConnectionTuneOk:
+            self._tune_ok(method)  # type: ignore[arg-type]
+        elif state is State.AWAITING_OPEN and cls is m.ConnectionOpen:
+            self._open(method)  # type: ignore[arg-type]
+        elif state is State.OPEN and cls is m.ConnectionUpdateSecret:
+            self.send_method(0, m.ConnectionUpdateSecretOk())
+        elif state is State.OPEN and cls in (m.ConnectionBlocked, m.ConnectionUnblocked):
+            pass  # a client may tell us it is blocked; nothing to do
+        elif cls in (m.ChannelOpen, m.ChannelClose, m.ChannelFlow):
+            raise errors.ChannelError(f"{method.NAME} on channel 0, which is the connection's")
+        else:
+            raise errors.CommandInvalid(f"{method.NAME} is not valid while {state.value}")
+
+    def _start_ok(self, method: m.ConnectionStartOk) -> None:
+        self.client_properties = method.client_properties
+        caps = method.client_properties.get("capabilities")
+        self.client_capabilities = caps if isinstance(caps, dict) else {}
+        mechanism = method.mechanism
+        if mechanism not in self.host.sasl_mechanisms(self.remote_host):
+            self._refuse_login(f"unsupported authentication mechanism '{mechanism}'")
+            return
+        try:
+            self.principal = self._authenticate(mechanism, method.response)
+        except errors.ConnectionAccessRefused as exc:
+            log.info("login refused for %s: %s", self.remote_host, exc.text)
+            self._refuse_login(exc.text)
+            return
+        self.state = State.AWAITING_TUNE_OK
+        self.send_method(0, m.ConnectionTune(
+            channel_max=self.host.channel_max, frame_max=self.host.frame_max,
+            heartbeat=self.host.heartbeat))
+
+    def _authenticate(self, mechanism: str, response: bytes) -> Principal:
+        host = self.host
+        if mechanism == "PLAIN":
+            from broker.security.sasl import parse_plain
+
+            _authzid, user, password = parse_plain(response)
+            return host.authenticate(user, password, self.remote_host)
+        if mechanism == "AMQPLAIN":
+            try:
+                table = decode_table_entries(response)
+            except (ValueError, IndexError, struct.error, UnicodeDecodeError):
+                raise errors.AuthenticationFailed("malformed AMQPLAIN response")
+            user, password = table.get("LOGIN"), table.get("PASSWORD")
+            if not isinstance(user, str) or not isinstance(password, str):
+                raise errors.AuthenticationFailed("AMQPLAIN response lacks LOGIN or PASSWORD")
+            return host.authenticate(user, password, self.remote_host)
+        if mechanism == "ANONYMOUS":
+            return host.authenticate_anonymous(self.remote_host)
+        raise errors.AuthenticationFailed(f"unsupported authentication mechanism '{mechanism}'")
+
+    def _refuse_login(self, text: str) -> None:
+        # RabbitMQ's authentication_failure_close: clients that announce it get a
+        # connection.close with 403; others just see the socket close (spec 0-9-1).
+        if self.client_capabilities.get("authentication_failure_close"):
+            err = errors.AuthenticationFailed(text)
+            self.send_method(0, m.ConnectionClose(reply_code=err.reply_code, reply_text=err.reply_text[:255]))
+        self.close_reason = text
+        self._finish()
+
+    def _tune_ok(self, method: m.ConnectionTuneOk) -> None:
+        frame_max = method.frame_max or self.host.frame_max
+        if frame_max < FRAME_MIN_SIZE:
+            raise errors.NotAllowed(
+                f"negotiated frame_max = {frame_max} is lower than the minimum allowed value ({FRAME_MIN_SIZE})")
+        if frame_max > self.host.frame_max:
+            raise errors.NotAllowed(
+                f"negotiated frame_max = {frame_max} is higher than the maximum allowed value ({self.host.frame_max})")
+        self.frame_max = frame_max
+        self._frame_limit = frame_max
+        self.channel_max = min(method.channel_max or self.host.channel_max, self.host.channel_max) or 65535
+        self.heartbeat = method.heartbeat
+        self.state = State.AWAITING_OPEN
+
+    def _open(self, method: m.ConnectionOpen) -> None:
+        assert self.principal is not None
+        self.namespace = self.host.open_virtual_host(method.virtual_host, self.principal)
+        self.virtual_host_name = self.namespace.vhost_name
+        self.state = State.OPEN
+        self.send_method(0, m.ConnectionOpenOk())
+        self.host.connection_opened(self)
+        if self.host.memory_blocked:
+            self.set_blocked(True)
+
+    # -- errors and shutdown ------------------------------------------------------
+    def _connection_error(self, exc: errors.BrokerError, class_id: int = 0, method_id: int = 0) -> None:
+        if self.state in (State.CLOSING, State.CLOSED):
+            return
+        log.info("closing connection %s from %s: %s", self.id, self.remote_host, exc.reply_text)
+        self.close_reason = exc.reply_text
+        if self.state in (State.AWAITING_START_OK, State.AWAITING_TUNE_OK):
+            # before tune the peer may not understand connection.close: just go
+            self.send_method(0, m.ConnectionClose(reply_code=exc.reply_code, reply_text=exc.reply_text[:255],
+                                                  class_id=class_id, method_id=method_id))
+            self._finish()
+            return
+        self._teardown()
+        self.send_method(0, m.ConnectionClose(reply_code=exc.reply_code, reply_text=exc.reply_text[:255],
+                                              class_id=class_id, method_id=method_id))
+        self.state = State.CLOSING
+
+    def hard_error_in_method(self, exc: errors.BrokerError, method: m.Method) -> None:
+        class_id, method_id = method_ids(method, self.version)
+        self._connection_error(exc, class_id, method_id)
+
+    def _teardown(self) -> None:
+        was_open = self.state is State.OPEN or self.state is State.CLOSING
+        for ch in list(self.channels.values()):
+            ch.release_all()
+        self.channels.clear()
+        if self.namespace is not None:
+            try:
+                self.namespace.owner_closed(self)
+            except errors.BrokerError:
+                log.exception("deleting exclusive queues of %s", self.id)
+        if was_open and self.namespace is not None:
+            self.host.connection_closed(self)
+            self.namespace = None
+
+    def _finish(self) -> None:
+        if self.state is not State.CLOSED:
+            self._teardown()
+        self.state = State.CLOSED
+        self.closed = True
+
+    def _server_properties(self) -> dict[str, Any]:
+        return {
+            "product": self.host.product,
+            "version": self.host.version,
+            "platform": f"Python {platform.python_version()}",
+            "copyright": "DeltaMQ authors",
+            "information": "DeltaMQ: an AMQP broker whose durable state lives in Delta Lake",
+            "cluster_name": "deltamq",
+            "capabilities": dict(CAPABILITIES),
+        }
+
+    def __repr__(self) -> str:
+        return f"<AmqpConnection {self.remote_host}:{self.remote_port} {self.version.value} {self.state.name}>"

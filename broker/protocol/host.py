@@ -1,0 +1,49 @@
+"""What a protocol engine needs from the broker, as one narrow interface.
+
+Engines are sans-IO and must not import the model: the server hands each
+engine a :class:`ProtocolHost` (an adapter over the configured-object tree)
+that answers the few questions a connection asks — who is this user, which
+virtual host may they open, what limits apply — and takes note of the
+connections, sessions and consumers that come and go, so management can list
+them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from broker.messaging.namespace import Namespace
+
+
+class Principal(Protocol):
+    name: str
+
+
+class ProtocolHost(Protocol):
+    product: str
+    version: str
+    frame_max: int              # largest frame the broker accepts/offers (bytes)
+    channel_max: int
+    heartbeat: int              # seconds offered in connection.tune (0 = off)
+    max_message_size: int       # bytes; larger bodies are refused with 406
+
+    def sasl_mechanisms(self, remote_host: str) -> list[str]: ...
+
+    def authenticate(self, username: str, password: str, remote_host: str) -> Principal: ...
+
+    def authenticate_anonymous(self, remote_host: str) -> Principal: ...
+
+    def open_virtual_host(self, name: str, principal: Principal) -> Namespace:
+        """The namespace of virtual host ``name`` (``/`` and "" mean the default).
+
+        Raises :class:`~broker.errors.InvalidPath` (unknown) or
+        :class:`~broker.errors.ConnectionAccessRefused` (not permitted)."""
+        ...
+
+    def connection_opened(self, connection: Any) -> None: ...
+
+    def connection_closed(self, connection: Any) -> None: ...
+
+    @property
+    def memory_blocked(self) -> bool: ...
