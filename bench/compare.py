@@ -1,0 +1,350 @@
+"""DeltaMQ vs RabbitMQ, same workloads, one run.
+
+    python -m bench.compare [--only deltamq|rabbitmq] [--workloads 1,2,3,4,5,6]
+                            [--duration 10] [--quick] [--client-procs 2]
+
+Starts each broker in turn (a private RabbitMQ node from Debian's
+rabbitmq-server, installed on demand; DeltaMQ via `.venv/bin/deltamq serve`),
+runs the workloads against it, stops it (also on Ctrl-C or errors), prints a
+table with both figures and the DeltaMQ/RabbitMQ ratio, and writes JSON and
+Markdown under bench/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+from . import procutil
+from .deltamq import DeltaMQ
+from .rabbitmq import RabbitMQ
+from .workloads import TITLES, Options, build, client_uses_uvloop, run, run_memory
+
+RESULTS = Path(__file__).resolve().parent / "results"
+BROKERS = ("deltamq", "rabbitmq")
+TARGET_RATIO = 0.5
+TARGET_P99_MS = 10.0
+TARGET_OVERHEAD_B = 300
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", choices=BROKERS, help="run against one broker only")
+    ap.add_argument("--workloads", default="1,2,3,4,5,6",
+                    help="comma-separated workload numbers (default: all, 1-6)")
+    ap.add_argument("--duration", type=float, default=None,
+                    help="seconds of each measurement window, throughput and latency (default 10)")
+    ap.add_argument("--warmup", type=float, default=None, help="warm-up seconds (default 2)")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke test: 2 s windows, 100,000 messages for the memory workload")
+    ap.add_argument("--client-procs", type=int, default=2,
+                    help="load-generator worker processes per workload (default 2)")
+    ap.add_argument("--mem-messages", type=int, default=None,
+                    help="messages for workload 6 (default 1,000,000)")
+    ap.add_argument("--rabbitmq-port", type=int, default=5680)
+    ap.add_argument("--deltamq-port", type=int, default=0, help="default: a free port")
+    ap.add_argument("--deltamq-exe", default=None, help="default: <repo>/.venv/bin/deltamq")
+    ap.add_argument("--deltamq-vhost", default="/")
+    ap.add_argument("--out", default=str(RESULTS), help="results directory (default bench/results)")
+    a = ap.parse_args(argv)
+    try:
+        a.workload_ids = sorted({int(x) for x in a.workloads.split(",") if x.strip()})
+    except ValueError:
+        ap.error("--workloads takes numbers like 1,2,5")
+    bad = [w for w in a.workload_ids if w not in TITLES]
+    if bad:
+        ap.error(f"unknown workloads {bad}; there are 1-6")
+    return a
+
+
+def options(a: argparse.Namespace) -> Options:
+    o = Options(log=log, client_procs=max(1, a.client_procs))
+    if a.quick:
+        o.duration, o.warmup, o.lat_duration, o.lat_warmup = 2.0, 1.0, 2.0, 0.5
+        o.mem_messages, o.mem_settle, o.drain_timeout = 100_000, 1.5, 30.0
+    if a.duration is not None:
+        o.duration = o.lat_duration = a.duration
+    if a.warmup is not None:
+        o.warmup = a.warmup
+    if a.mem_messages is not None:
+        o.mem_messages = a.mem_messages
+    return o
+
+
+def run_broker(broker, wids: list[int], opt: Options) -> dict:
+    out: dict = {"workloads": {}}
+    broker.start()
+    out["description"] = broker.describe()
+    ran = False
+    try:
+        for wid in wids:
+            if not broker.alive():
+                log(f"[{broker.name}] broker is not running; restarting it")
+                broker.stop()
+                broker.start()
+            if wid == 6 and ran:
+                # a fresh broker, so that RSS before = an idle broker, not the
+                # allocator high-water mark the earlier workloads left behind
+                log(f"[{broker.name}] restarting for the memory workload (fresh process)")
+                broker.stop()
+                broker.start()
+            ran = True
+            log(f"[{broker.name}] workload {wid}: {TITLES[wid]}")
+            try:
+                if wid == 6:
+                    res = run_memory(broker, opt)
+                else:
+                    res = run(broker, build(wid, opt.client_procs), opt)
+            except KeyboardInterrupt:
+                raise
+            except Exception as e:  # noqa: BLE001 - record and go on with the next workload
+                msg = str(e) or repr(e)
+                log(f"    FAILED: {msg}")
+                if not isinstance(e, (RuntimeError, OSError, TimeoutError)):
+                    log(traceback.format_exc())
+                res = {"workload": wid, "title": TITLES[wid], "error": msg}
+            out["workloads"][str(wid)] = res
+    finally:
+        broker.stop()
+    return out
+
+
+# --------------------------------------------------------------------------
+# reporting
+
+
+def _get(res: dict | None, *path):
+    cur = res
+    for p in path:
+        if not isinstance(cur, dict) or p not in cur:
+            return None
+        cur = cur[p]
+    return cur
+
+
+def _fmt(v, kind: str) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    if kind == "rate":
+        return f"{v:,.0f}"
+    if kind == "ms":
+        return f"{v:.2f}"
+    if kind == "bytes":
+        return f"{v:,.0f}"
+    return str(v)
+
+
+def rows(results: dict, wids: list[int]) -> list[list[str]]:
+    """[workload, metric, deltamq, rabbitmq, ratio, target, verdict]"""
+    d = results["brokers"].get("deltamq", {}).get("workloads", {})
+    r = results["brokers"].get("rabbitmq", {}).get("workloads", {})
+    out = []
+    for wid in wids:
+        dw, rw = d.get(str(wid)), r.get(str(wid))
+        name = f"{wid}. {TITLES[wid]}"
+        err = []
+        for who, w in (("DeltaMQ", dw), ("RabbitMQ", rw)):
+            if w and "error" in w:
+                err.append(f"{who} failed: {w['error'][:60]}")
+        if wid == 6:
+            dv = _get(dw, "overhead_bytes_per_message")
+            rv = _get(rw, "overhead_bytes_per_message")
+            ratio = f"{dv / rv:.2f}" if dv is not None and rv not in (None, 0) and rv > 0 else "—"
+            verdict = "" if dv is None else ("ok" if dv <= TARGET_OVERHEAD_B else "MISS")
+            out.append([name, "bytes/msg beyond 256-B body", _fmt(dv, "bytes"), _fmt(rv, "bytes"),
+                        ratio, f"≤ {TARGET_OVERHEAD_B} B", verdict])
+        else:
+            metrics = [("delivered", "delivered msg/s")]
+            if wid == 4:
+                metrics = [("published", "published msg/s"), ("delivered", "delivered msg/s")]
+            for key, label in metrics:
+                dv = _get(dw, "throughput", f"{key}_per_s")
+                rv = _get(rw, "throughput", f"{key}_per_s")
+                ratio = dv / rv if dv is not None and rv else None
+                verdict = "" if ratio is None else ("ok" if ratio >= TARGET_RATIO else "MISS")
+                out.append([name, label, _fmt(dv, "rate"), _fmt(rv, "rate"),
+                            f"{ratio:.2f}" if ratio is not None else "—",
+                            f"≥ {TARGET_RATIO}× RabbitMQ", verdict])
+                name = ""
+            for q, label in (("p50_ms", "p50 ms @ ½ peak"), ("p99_ms", "p99 ms @ ½ peak")):
+                dv = _get(dw, "latency", q)
+                rv = _get(rw, "latency", q)
+                ratio = f"{dv / rv:.2f}" if dv is not None and rv else "—"
+                if q == "p99_ms":
+                    verdict = "" if dv is None else ("ok" if dv <= TARGET_P99_MS else "MISS")
+                    target = f"≤ {TARGET_P99_MS:g} ms"
+                else:
+                    verdict, target = "", ""
+                out.append(["", label, _fmt(dv, "ms"), _fmt(rv, "ms"), ratio, target, verdict])
+        for e in err:
+            out.append(["", e, "", "", "", "", ""])
+    return out
+
+
+HEAD = ["Workload", "Metric", "DeltaMQ", "RabbitMQ", "DeltaMQ/RabbitMQ", "Target", ""]
+
+
+def cpu_rows(results: dict, wids: list[int]) -> list[list[str]]:
+    out = []
+    for b in BROKERS:
+        ws = results["brokers"].get(b, {}).get("workloads", {})
+        for wid in wids:
+            t = _get(ws.get(str(wid)), "throughput")
+            if not t:
+                continue
+            out.append([b, str(wid), f"{t['client_cpu_pct']:.0f}%",
+                        " + ".join(f"{x:.0f}%" for x in t["client_cpu_pct_per_process"]),
+                        f"{t['broker_cpu_pct']:.0f}%", f"{t['machine_busy_pct']:.0f}%"])
+    return out
+
+
+CPU_HEAD = ["Broker", "W", "Client CPU", "per client process", "Broker CPU", "Machine busy"]
+
+
+def text_table(head: list[str], rows_: list[list[str]]) -> str:
+    w = [max(len(str(r[i])) for r in [head] + rows_) for i in range(len(head))]
+    right = {2, 3, 4}
+    lines = []
+    for k, r in enumerate([head] + rows_):
+        cells = [(str(c).rjust(w[i]) if i in right and k else str(c).ljust(w[i]))
+                 for i, c in enumerate(r)]
+        lines.append("  ".join(cells).rstrip())
+        if k == 0:
+            lines.append("  ".join("-" * x for x in w))
+    return "\n".join(lines)
+
+
+def md_table(head: list[str], rows_: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for r in rows_:
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |")
+    return "\n".join(lines)
+
+
+def header(results: dict) -> list[str]:
+    m = results["meta"]
+    o = m["options"]
+    lines = [f"DeltaMQ vs RabbitMQ — {m['started']}",
+             f"256-byte non-persistent messages, non-durable queues; throughput window "
+             f"{o['duration']} s after {o['warmup']} s warm-up; latency over {o['lat_duration']} s "
+             f"at {o['latency_fraction']:.0%} of the peak publish rate",
+             f"machine: {m['cpus']} CPUs, {m['platform']}; load generator: Python {m['python']}, "
+             f"{'uvloop' if m['uvloop'] else 'asyncio'}, {o['client_procs']} worker processes per workload"]
+    for b in BROKERS:
+        info = results["brokers"].get(b)
+        if info:
+            lines.append(f"{b}: {info.get('description') or info.get('error', '')}")
+    lines.append("consumers: W1/W3 auto-ack; W2, W4, W5 manual ack, prefetch 100, multiple-ack every 50")
+    return lines
+
+
+def notes(results: dict) -> list[str]:
+    out = []
+    for b in BROKERS:
+        w6 = _get(results["brokers"].get(b), "workloads", "6")
+        if w6 and "error" not in w6:
+            qi = w6.get("broker_queue_info") or {}
+            extra = ""
+            if qi and "messages_ram" in qi:
+                extra = (f"; RabbitMQ reports messages_ram={qi.get('messages_ram')}, "
+                         f"paged_out={qi.get('messages_paged_out')}, queue process memory="
+                         f"{int(qi.get('memory') or 0) / 2**20:.0f} MiB")
+            out.append(f"W6 {b}: RSS {w6['rss_before'] / 2**20:.1f} → {w6['rss_after'] / 2**20:.1f} MiB "
+                       f"for {w6['messages']:,} msgs (queue depth {w6['queue_depth']:,}) = "
+                       f"{w6['bytes_per_message']:.0f} B/msg{extra}")
+    return out
+
+
+def report(results: dict, wids: list[int], out_dir: Path) -> None:
+    main_rows = rows(results, wids)
+    cpu = cpu_rows(results, wids)
+    txt = "\n".join(header(results)) + "\n\n" + text_table(HEAD, main_rows)
+    if cpu:
+        txt += "\n\nCPU during the throughput window (100% = one core):\n" + text_table(CPU_HEAD, cpu)
+    n = notes(results)
+    if n:
+        txt += "\n\n" + "\n".join(n)
+    print("\n" + txt + "\n", flush=True)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = results["meta"]["started"].replace(":", "").replace("-", "").replace("T", "-")[:15]
+    md = ("# DeltaMQ vs RabbitMQ\n\n" + "\n".join(f"- {x}" for x in header(results)[1:]) + "\n\n"
+          + md_table(HEAD, main_rows) + "\n")
+    if cpu:
+        md += "\n## CPU during the throughput window (100% = one core)\n\n" + md_table(CPU_HEAD, cpu) + "\n"
+    if n:
+        md += "\n## Notes\n\n" + "\n".join(f"- {x}" for x in n) + "\n"
+    for name in (f"compare-{stamp}", "latest"):
+        (out_dir / f"{name}.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+        (out_dir / f"{name}.md").write_text(md)
+    print(f"results: {out_dir / f'compare-{stamp}.json'} and .md (also latest.json/latest.md)")
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    opt = options(a)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    names = [a.only] if a.only else list(BROKERS)
+    results: dict = {
+        "meta": {
+            "started": _dt.datetime.now().isoformat(timespec="seconds"),
+            "cpus": procutil.ncpu(), "platform": platform.platform(),
+            "python": platform.python_version(), "uvloop": client_uses_uvloop(),
+            "argv": sys.argv[1:],
+            "options": {k: v for k, v in vars(opt).items() if k != "log"},
+            "workloads": a.workload_ids,
+        },
+        "brokers": {},
+    }
+    interrupted = False
+    try:
+        for name in names:
+            if name == "deltamq":
+                broker = DeltaMQ(port=a.deltamq_port, exe=a.deltamq_exe, vhost=a.deltamq_vhost, log=log)
+                ok, why = broker.available()
+                if not ok:
+                    log(f"[deltamq] not runnable, skipped: {why}")
+                    results["brokers"][name] = {"error": f"not runnable: {why}", "workloads": {}}
+                    continue
+            else:
+                broker = RabbitMQ(port=a.rabbitmq_port, log=log)
+            try:
+                results["brokers"][name] = run_broker(broker, a.workload_ids, opt)
+            except KeyboardInterrupt:
+                raise
+            except Exception as e:  # noqa: BLE001
+                log(f"[{name}] FAILED to start/run: {e}")
+                results["brokers"][name] = {"error": str(e).splitlines()[0] if str(e) else repr(e),
+                                            "detail": str(e), "workloads": {}}
+    except KeyboardInterrupt:
+        interrupted = True
+        log("\ninterrupted; brokers stopped")
+    if any(b.get("workloads") for b in results["brokers"].values()):
+        report(results, a.workload_ids, Path(a.out))
+    if interrupted:
+        return 130
+    failed = [n for n, b in results["brokers"].items()
+              if "error" in b and n != "deltamq"
+              or any("error" in w for w in b.get("workloads", {}).values())]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

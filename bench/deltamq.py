@@ -1,0 +1,157 @@
+"""Start/stop DeltaMQ for the benchmark, the way a user does::
+
+    .venv/bin/deltamq serve --amqp-port N --data-dir TMP
+
+in a fresh temporary data directory, in its own session, stopped with SIGINT
+(like Ctrl-C), then SIGTERM, then SIGKILL.  If ``serve --help`` advertises an
+HTTP/management port option, a free port is passed so that the benchmark
+instance does not collide with a broker somebody else runs on 8080.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from . import procutil
+from .amqp import Connection
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_EXE = REPO / ".venv" / "bin" / "deltamq"
+
+
+class DeltaMQ:
+    name = "deltamq"
+
+    def __init__(self, port: int = 0, host: str = "127.0.0.1", exe: str | os.PathLike | None = None,
+                 vhost: str = "/", log=print, keep_dir: bool = False):
+        self.host = host
+        self.want_port = port
+        self.port = port
+        self.vhost = vhost
+        self.exe = str(exe or DEFAULT_EXE)
+        self.log = log
+        self.keep_dir = keep_dir
+        self.dir: str | None = None
+        self.proc: subprocess.Popen | None = None
+        self.cmd: list[str] = []
+        self.version = ""
+
+    def available(self) -> tuple[bool, str]:
+        """(usable, why not): the console script exists and `serve --help` works."""
+        if not os.path.exists(self.exe):
+            return False, f"{self.exe} does not exist (run `make install`)"
+        try:
+            r = subprocess.run([self.exe, "serve", "--help"], capture_output=True, text=True,
+                               timeout=60, cwd=REPO)
+        except (OSError, subprocess.SubprocessError) as e:
+            return False, f"`deltamq serve --help` failed: {e}"
+        if r.returncode != 0:
+            return False, f"`deltamq serve --help` exited {r.returncode}: " \
+                          f"{(r.stderr or r.stdout).strip().splitlines()[-1:] or ''}"
+        self._help = r.stdout + r.stderr
+        if "--amqp-port" not in self._help or "--data-dir" not in self._help:
+            return False, "`deltamq serve` has no --amqp-port/--data-dir options yet"
+        return True, ""
+
+    def _extra_args(self) -> list[str]:
+        h = getattr(self, "_help", "")
+        for opt in ("--http-port", "--management-port", "--mgmt-port"):
+            if opt in h:
+                return [opt, str(procutil.free_port(None, self.host))]
+        return []
+
+    def start(self, timeout: float = 90.0) -> None:
+        ok, why = self.available()
+        if not ok:
+            raise RuntimeError(why)
+        try:
+            self.version = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                                          capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            self.version = ""
+        self.dir = tempfile.mkdtemp(prefix="deltamq-bench-data-")
+        self.port = procutil.free_port(self.want_port or None, self.host)
+        self.cmd = [self.exe, "serve", "--amqp-port", str(self.port), "--data-dir",
+                    os.path.join(self.dir, "data")] + self._extra_args()
+        self.log(f"[deltamq] starting: {' '.join(self.cmd)}")
+        out = open(os.path.join(self.dir, "deltamq.log"), "wb")
+        self.proc = subprocess.Popen(self.cmd, cwd=self.dir, stdout=out, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        out.close()
+        t0 = time.monotonic()
+        if not procutil.wait_port(self.port, timeout, self.alive, self.host):
+            tail = self._tail()
+            self.stop()
+            raise RuntimeError(f"DeltaMQ did not open {self.host}:{self.port}:\n{tail}")
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                asyncio.run(_probe(self.host, self.port, self.vhost))
+                break
+            except Exception as e:  # noqa: BLE001
+                if time.monotonic() > deadline or not self.alive():
+                    tail = self._tail()
+                    self.stop()
+                    raise RuntimeError(f"DeltaMQ does not complete an AMQP 0-9-1 handshake "
+                                       f"(vhost {self.vhost!r}): {e!r}\n{tail}") from e
+                time.sleep(0.3)
+        self.log(f"[deltamq] up in {time.monotonic() - t0:.1f}s, pid {self.pid}")
+
+    def _tail(self, n: int = 30) -> str:
+        if not self.dir:
+            return ""
+        try:
+            with open(os.path.join(self.dir, "deltamq.log"), errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return ""
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def describe(self) -> str:
+        return f"DeltaMQ {self.version or ''}".strip()
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            for sig, wait in ((signal.SIGINT, 15), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+                if self.proc.poll() is not None:
+                    break
+                try:
+                    os.killpg(self.proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.proc.wait(timeout=wait)
+                except subprocess.TimeoutExpired:
+                    pass
+            rc = self.proc.returncode
+            self.proc = None
+            self.log(f"[deltamq] stopped (exit {rc})")
+        if self.dir and not self.keep_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def __enter__(self) -> "DeltaMQ":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+async def _probe(host: str, port: int, vhost: str) -> None:
+    conn = await Connection.open(host, port, vhost, timeout=5)
+    await conn.close()

@@ -1,0 +1,156 @@
+"""/proc readers: CPU time, RSS, process trees, whole-machine CPU."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """user+system CPU seconds of a process (all its threads); 0 if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return 0.0
+    fields = data[data.rindex(b")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def _ppid_map() -> dict[int, int]:
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields = data[data.rindex(b")") + 2:].split()
+        out[int(name)] = int(fields[1])
+    return out
+
+
+def tree(pid: int) -> list[int]:
+    """pid and all its descendants."""
+    ppids = _ppid_map()
+    kids: dict[int, list[int]] = {}
+    for p, pp in ppids.items():
+        kids.setdefault(pp, []).append(p)
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, ()))
+    return out
+
+
+def all_cpu_seconds() -> dict[int, float]:
+    """{pid: cpu seconds} of every process on the machine."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            out[int(name)] = cpu_seconds(int(name))
+    return out
+
+
+def top_cpu(a: dict[int, float], b: dict[int, float], dt: float, exclude: set[int],
+            n: int = 3, min_pct: float = 2.0) -> list[tuple[str, int, float]]:
+    """The n busiest processes between two all_cpu_seconds() snapshots."""
+    rows = []
+    for pid, t in b.items():
+        if pid in exclude:
+            continue
+        pct = 100 * (t - a.get(pid, 0.0)) / dt
+        if pct >= min_pct:
+            rows.append((comm(pid), pid, round(pct, 1)))
+    rows.sort(key=lambda r: -r[2])
+    return rows[:n]
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    return sum(cpu_seconds(p) for p in tree(pid))
+
+
+def rss_bytes(pid: int) -> int:
+    """VmRSS of a process in bytes (0 if gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+    with open("/proc/stat") as f:
+        parts = f.readline().split()[1:]
+    vals = [int(x) for x in parts]
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+    total = sum(vals[:8])
+    return total - idle, total
+
+
+def ncpu() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        return os.cpu_count() or 1
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    s = socket.socket()
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def free_port(preferred: int | None = None, host: str = "127.0.0.1") -> int:
+    if preferred and port_free(preferred, host):
+        return preferred
+    s = socket.socket()
+    s.bind((host, 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_port(port: int, timeout: float, alive=lambda: True, host: str = "127.0.0.1") -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive():
+            return False
+        try:
+            with socket.create_connection((host, port), timeout=1):
+                return True
+        except OSError:
+            time.sleep(0.2)
+    return False

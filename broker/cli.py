@@ -1,0 +1,236 @@
+"""``deltamq``: start the broker, manage the users of its password file.
+
+::
+
+    deltamq serve [--config FILE] [--data-dir DIR] [--amqp-port N] [--http-port N]
+                  [-D name=value ...] [--log-level LEVEL]
+    deltamq user add NAME [--password P] [--virtual-host VHOST ...] [--data-dir DIR | --file PATH]
+    deltamq user passwd NAME [--password P] [--data-dir DIR | --file PATH]
+    deltamq user delete NAME [--data-dir DIR | --file PATH]
+    deltamq user list [--data-dir DIR | --file PATH]
+
+``serve``'s options are context variables (``--amqp-port 5673`` is
+``-D deltamq.amqp_port=5673``); an explicit option wins over a ``-D`` of the
+same variable.  The server itself is :func:`broker.server.serve`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from broker.errors import BrokerError
+from broker.model.context import environment_value
+from broker.security.passwords import PasswordFile
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+DATA_DIR_VARIABLE = "deltamq.data_dir"
+DEFAULT_DATA_DIR = "./data"
+PASSWORD_FILE_NAME = "passwords"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "run"):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        code: int = args.run(args)
+    except BrokerError as exc:
+        print(f"deltamq: error: {exc.text or exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="deltamq",
+        description="DeltaMQ: an AMQP broker whose durable state lives in Delta Lake.")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+    _add_serve(commands)
+    _add_user(commands)
+    return parser
+
+
+# -- serve ------------------------------------------------------------------------------
+
+def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = commands.add_parser(
+        "serve", help="run the broker",
+        description="Run the broker. With no options it listens for AMQP (0-8 to 1.0) on 5672"
+                    " and HTTP on 8080 on every interface, keeping its data under ./data.",
+        epilog="Every option is a context variable for ${...} references in the configuration;"
+               " context is looked up on the object and its ancestors, then -D/options, then"
+               " the environment (deltamq.amqp_port or DELTAMQ_AMQP_PORT), then the"
+               " configuration file's 'context' defaults.")
+    serve.add_argument("--config", metavar="FILE",
+                       help="configuration file (JSON); default: the embedded conf/config.json")
+    serve.add_argument("--data-dir", metavar="DIR",
+                       help="directory for the broker's data (sets deltamq.data_dir;"
+                            " default ./data)")
+    serve.add_argument("--amqp-port", metavar="N", type=_port_number,
+                       help="AMQP port (sets deltamq.amqp_port; default 5672; 0 picks a free one)")
+    serve.add_argument("--http-port", metavar="N", type=_port_number,
+                       help="HTTP management port (sets deltamq.http_port; default 8080)")
+    serve.add_argument("-D", dest="defines", metavar="name=value", action="append", default=[],
+                       type=_definition,
+                       help="set a context variable, overriding the configuration's default"
+                            " and the environment (repeatable)")
+    serve.add_argument("--log-level", metavar="LEVEL", default="INFO", type=str.upper,
+                       choices=LOG_LEVELS, help=f"logging threshold: {', '.join(LOG_LEVELS)}"
+                                                " (default INFO)")
+    serve.set_defaults(run=_serve)
+
+
+def serve_context(args: argparse.Namespace) -> dict[str, str]:
+    """The context overrides ``serve``'s options stand for."""
+    context = dict(args.defines)
+    if args.data_dir is not None:
+        context[DATA_DIR_VARIABLE] = args.data_dir
+    if args.amqp_port is not None:
+        context["deltamq.amqp_port"] = str(args.amqp_port)
+    if args.http_port is not None:
+        context["deltamq.http_port"] = str(args.http_port)
+    return context
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from broker.server import serve  # imported here: `deltamq user` must not need the server
+
+    code: int = serve(args.config, serve_context(args), args.log_level)
+    return code
+
+
+def _port_number(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be between 0 and 65535: {number}")
+    return number
+
+
+def _definition(text: str) -> tuple[str, str]:
+    name, separator, value = text.partition("=")
+    if not separator or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected name=value, got {text!r}")
+    return name.strip(), value
+
+
+# -- user -------------------------------------------------------------------------------
+
+def _add_user(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    user = commands.add_parser(
+        "user", help="manage the users of the password file",
+        description="Add, change, delete and list users of the PasswordFile authentication"
+                    " provider. A running broker picks the change up at the next login.")
+    actions = user.add_subparsers(title="actions", metavar="ACTION", required=True)
+
+    add = actions.add_parser("add", help="add a user")
+    add.add_argument("name", metavar="NAME", help="the user name")
+    _add_password_option(add)
+    add.add_argument("--virtual-host", dest="virtual_hosts", metavar="VHOST", action="append",
+                     default=[], help="a virtual host the user may open (repeatable;"
+                                      " none given: all)")
+    _add_file_options(add)
+    add.set_defaults(run=_user_add)
+
+    passwd = actions.add_parser("passwd", help="change a user's password")
+    passwd.add_argument("name", metavar="NAME", help="the user name")
+    _add_password_option(passwd)
+    _add_file_options(passwd)
+    passwd.set_defaults(run=_user_passwd)
+
+    delete = actions.add_parser("delete", help="delete a user")
+    delete.add_argument("name", metavar="NAME", help="the user name")
+    _add_file_options(delete)
+    delete.set_defaults(run=_user_delete)
+
+    listing = actions.add_parser("list", help="list users and the virtual hosts they may open")
+    _add_file_options(listing)
+    listing.set_defaults(run=_user_list)
+
+
+def _add_password_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--password", metavar="P",
+                        help="the password (visible to other local users in the process list;"
+                             " omit it to be prompted, or pipe it on standard input)")
+
+
+def _add_file_options(parser: argparse.ArgumentParser) -> None:
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--data-dir", metavar="DIR",
+                       help="the broker's data directory; the file is DIR/passwords"
+                            " (default: $DELTAMQ_DATA_DIR or ./data)")
+    where.add_argument("--file", metavar="PATH", help="the password file itself")
+
+
+def password_file_path(args: argparse.Namespace) -> Path:
+    """--file, else --data-dir/passwords, else the data dir from the environment or ./data."""
+    if args.file:
+        return Path(args.file)
+    data_dir = args.data_dir or environment_value(DATA_DIR_VARIABLE) or DEFAULT_DATA_DIR
+    return Path(data_dir) / PASSWORD_FILE_NAME
+
+
+def _password_file(args: argparse.Namespace) -> PasswordFile:
+    return PasswordFile(password_file_path(args))
+
+
+def _read_password(args: argparse.Namespace) -> str:
+    if args.password is not None:
+        return str(args.password)
+    if not sys.stdin.isatty():
+        return sys.stdin.readline().rstrip("\r\n")
+    first = getpass.getpass(f"Password for {args.name}: ")
+    if getpass.getpass("Repeat password: ") != first:
+        raise _UsageError("passwords do not match")
+    return first
+
+
+class _UsageError(BrokerError):
+    pass
+
+
+def _user_add(args: argparse.Namespace) -> int:
+    password_file = _password_file(args)
+    password_file.add_user(args.name, _read_password(args), args.virtual_hosts)
+    print(f"user '{args.name}' added to {password_file.path}")
+    return 0
+
+
+def _user_passwd(args: argparse.Namespace) -> int:
+    password_file = _password_file(args)
+    password_file.change_password(args.name, _read_password(args))
+    print(f"password of '{args.name}' changed in {password_file.path}")
+    return 0
+
+
+def _user_delete(args: argparse.Namespace) -> int:
+    password_file = _password_file(args)
+    password_file.remove_user(args.name)
+    print(f"user '{args.name}' deleted from {password_file.path}")
+    return 0
+
+
+def _user_list(args: argparse.Namespace) -> int:
+    password_file = _password_file(args)
+    if not password_file.exists():
+        print(f"no password file at {password_file.path}", file=sys.stderr)
+        return 1
+    for name, entry in sorted(password_file.load().items()):
+        hosts = ", ".join(entry.virtual_hosts) if entry.virtual_hosts else "(all virtual hosts)"
+        print(f"{name}\t{hosts}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

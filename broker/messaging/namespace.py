@@ -1,0 +1,533 @@
+"""The exchanges, queues and bindings of one virtual host, with RabbitMQ's rules.
+
+:class:`Namespace` is what protocol engines talk to for every declare, bind,
+delete and publish.  It validates like RabbitMQ and words its errors the same
+way (``NOT_FOUND - no queue 'q' in vhost 'v'``, ``PRECONDITION_FAILED -
+inequivalent arg 'durable' ...``), follows exchange-to-exchange bindings and
+alternate exchanges when routing, republishes dead letters, and drives time:
+it holds no timers, a caller asks :meth:`Namespace.next_deadline` and calls
+:meth:`Namespace.run_due` then (message TTL, x-expires).
+
+Durable objects are reported to :attr:`Namespace.listeners` as they are
+created and deleted, each with a JSON-able ``to_record()``;
+:meth:`Namespace.restore` rebuilds them from those records after a restart.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from types import MappingProxyType
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, Union, cast
+
+from broker.errors import AccessRefused, CommandInvalid, NotFound, PreconditionFailed, ResourceLocked
+from broker.messaging.arguments import (
+    EQUIVALENCE_CHECKED_EXCHANGE_ARGS, EQUIVALENCE_CHECKED_QUEUE_ARGS, describe_value,
+    inequivalent_argument, queue_settings)
+from broker.messaging.dead_letter import dead_lettered, is_cycle
+from broker.messaging.exchange import EXCHANGE_TYPES, Binding, DirectExchange, Exchange
+from broker.messaging.last_value_queue import LastValueQueue
+from broker.messaging.message import Message
+from broker.messaging.priority_queue import PriorityQueue
+from broker.messaging.queue import Queue, QueueHost
+from broker.messaging.records import from_json_value
+from broker.messaging.sorted_queue import SortedQueue
+
+__all__ = ["Namespace", "NamespaceListener", "create_queue", "STANDARD_EXCHANGES", "MAX_NAME_BYTES"]
+
+#: AMQP 0-9-1 names are short strings.
+MAX_NAME_BYTES = 255
+
+#: The exchanges every virtual host has (AMQP 0-9-1 section 3.1.3; amq.match is amq.headers' twin).
+STANDARD_EXCHANGES: tuple[tuple[str, str], ...] = (
+    ("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),
+    ("amq.headers", "headers"), ("amq.match", "headers"))
+
+_QUEUE_CLASSES: dict[str, type[Queue]] = {
+    "standard": Queue, "priority": PriorityQueue, "lvq": LastValueQueue, "sorted": SortedQueue}
+
+_DEFAULT_EXCHANGE_REFUSAL = "operation not permitted on the default exchange"
+
+DurableObject = Union[Exchange, Queue, Binding]
+
+
+def create_queue(name: str, *, vhost: str = "", durable: bool = False, auto_delete: bool = False,
+                 exclusive_owner: object | None = None, arguments: dict[str, Any] | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 host: QueueHost | None = None) -> Queue:
+    """A queue of the kind its ``arguments`` ask for (standard, priority, last-value, sorted)."""
+    settings = queue_settings(arguments, name, vhost)
+    cls = _QUEUE_CLASSES[settings.kind]
+    return cls(name, vhost=vhost, durable=durable, auto_delete=auto_delete,
+               exclusive_owner=exclusive_owner, arguments=arguments, settings=settings,
+               clock=clock, host=host)
+
+
+class NamespaceListener(Protocol):
+    """Told when a durable exchange, queue or binding is created or deleted (the config journal)."""
+
+    def object_created(self, obj: DurableObject) -> None: ...
+
+    def object_deleted(self, obj: DurableObject) -> None: ...
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+class Namespace:
+    """One virtual host's exchanges, queues and bindings."""
+
+    def __init__(self, vhost_name: str, clock: Callable[[], float] = time.monotonic, *,
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        """``clock`` (monotonic seconds) times TTL and expiry; ``wall_clock`` stamps x-death."""
+        self.vhost_name = vhost_name
+        self.listeners: list[NamespaceListener] = []
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._queues: dict[str, Queue] = {}
+        self._timed: set[Queue] = set()
+        self._restoring = False
+        self.default_exchange: Exchange = DirectExchange("", vhost=vhost_name, durable=True)
+        self._exchanges: dict[str, Exchange] = {"": self.default_exchange}
+        for name, kind in STANDARD_EXCHANGES:
+            self._exchanges[name] = EXCHANGE_TYPES[kind](name, vhost=vhost_name, durable=True)
+
+    @property
+    def queues(self) -> Mapping[str, Queue]:
+        return MappingProxyType(self._queues)
+
+    @property
+    def exchanges(self) -> Mapping[str, Exchange]:
+        return MappingProxyType(self._exchanges)
+
+    # -- lookups -----------------------------------------------------------------------
+
+    def exchange(self, name: str) -> Exchange:
+        exchange = self._exchanges.get(name)
+        if exchange is None:
+            raise NotFound(f"no exchange '{name}' in vhost '{self.vhost_name}'")
+        return exchange
+
+    def queue(self, name: str, owner: object | None = None) -> Queue:
+        """The queue ``name``; ResourceLocked when it is exclusive to an owner other than ``owner``."""
+        queue = self._queues.get(name)
+        if queue is None:
+            raise NotFound(f"no queue '{name}' in vhost '{self.vhost_name}'")
+        self._check_access(queue, owner)
+        return queue
+
+    def _check_access(self, queue: Queue, owner: object | None) -> None:
+        if queue.exclusive_owner is not None and queue.exclusive_owner != owner:
+            raise ResourceLocked(
+                f"cannot obtain exclusive access to locked queue '{queue.name}' in vhost "
+                f"'{self.vhost_name}'. It could be originally declared on another connection or "
+                f"the exclusive property value does not match that of the original declaration.")
+
+    def _check_length(self, kind: str, name: str) -> None:
+        size = len(name.encode("utf-8"))
+        if size > MAX_NAME_BYTES:
+            raise PreconditionFailed(
+                f"{kind} name '{name[:40]}...' in vhost '{self.vhost_name}' is {size} bytes long; "
+                f"at most {MAX_NAME_BYTES} are allowed")
+
+    def _inequivalent(self, kind: str, name: str, field: str, received: str, current: str) -> PreconditionFailed:
+        return PreconditionFailed(
+            f"inequivalent arg '{field}' for {kind} '{name}' in vhost '{self.vhost_name}': "
+            f"received {received} but current is {current}")
+
+    # -- exchanges --------------------------------------------------------------------
+
+    def declare_exchange(self, name: str, type: str, *, passive: bool = False,
+                         durable: bool = False, auto_delete: bool = False, internal: bool = False,
+                         arguments: dict[str, Any] | None = None) -> Exchange:
+        self._check_length("exchange", name)
+        if passive:
+            return self.exchange(name)
+        if not name:
+            raise AccessRefused(_DEFAULT_EXCHANGE_REFUSAL)
+        if name.startswith("amq."):
+            raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        cls = EXCHANGE_TYPES.get(type)
+        if cls is None:
+            raise CommandInvalid(f"invalid exchange type '{type}'")
+        existing = self._exchanges.get(name)
+        if existing is not None:
+            self._check_exchange_equivalence(existing, type, durable, auto_delete, internal, arguments)
+            return existing
+        exchange = cls(name, vhost=self.vhost_name, durable=durable, auto_delete=auto_delete,
+                       internal=internal, arguments=arguments)
+        self._exchanges[name] = exchange
+        self._created(exchange)
+        return exchange
+
+    def _check_exchange_equivalence(self, exchange: Exchange, type: str, durable: bool,
+                                    auto_delete: bool, internal: bool,
+                                    arguments: dict[str, Any] | None) -> None:
+        if exchange.type != type:
+            raise self._inequivalent("exchange", exchange.name, "type", f"'{type}'", f"'{exchange.type}'")
+        for field, received, current in (("durable", durable, exchange.durable),
+                                         ("auto_delete", auto_delete, exchange.auto_delete),
+                                         ("internal", internal, exchange.internal)):
+            if received != current:
+                raise self._inequivalent("exchange", exchange.name, field,
+                                         f"'{_flag(received)}'", f"'{_flag(current)}'")
+        differs = inequivalent_argument(exchange.arguments, arguments, EQUIVALENCE_CHECKED_EXCHANGE_ARGS)
+        if differs is not None:
+            key, theirs, mine = differs
+            raise self._inequivalent("exchange", exchange.name, key,
+                                     describe_value(theirs), describe_value(mine))
+
+    def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
+        """Delete ``name`` (deleting a missing exchange succeeds, as in RabbitMQ)."""
+        if not name:
+            raise AccessRefused(_DEFAULT_EXCHANGE_REFUSAL)
+        if name.startswith("amq."):
+            raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        exchange = self._exchanges.get(name)
+        if exchange is None:
+            return
+        if if_unused and exchange.bindings:
+            raise PreconditionFailed(f"exchange '{name}' in vhost '{self.vhost_name}' in use")
+        self._delete_exchange(exchange)
+
+    def _delete_exchange(self, exchange: Exchange) -> None:
+        if self._exchanges.get(exchange.name) is not exchange:
+            return
+        del self._exchanges[exchange.name]
+        exchange.deleted = True
+        for binding in list(exchange.bindings.values()):
+            self._remove_binding(binding)
+        for binding in list(exchange.bindings_in):
+            self._remove_binding(binding)
+        self._deleted(exchange)
+
+    # -- queues -------------------------------------------------------------------------
+
+    def declare_queue(self, name: str, *, passive: bool = False, durable: bool = False,
+                      exclusive_owner: object | None = None, auto_delete: bool = False,
+                      arguments: dict[str, Any] | None = None,
+                      owner: object | None = None) -> tuple[Queue, int, int]:
+        """Declare (or check) a queue: ``(queue, message_count, consumer_count)``.
+
+        ``exclusive_owner`` makes the queue exclusive to that owner (a
+        connection).  ``owner`` is the declaring connection for access checks
+        on passive or non-exclusive declarations; it defaults to ``exclusive_owner``.
+        """
+        requester = owner if owner is not None else exclusive_owner
+        if passive:
+            queue = self.queue(name, requester)
+            queue.touch()
+            return queue, queue.message_count, queue.consumer_count
+        if not name:
+            name = self._server_name()
+        else:
+            self._check_length("queue", name)
+            if name.startswith("amq."):
+                raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+        existing = self._queues.get(name)
+        if existing is not None:
+            self._check_access(existing, requester)
+            self._check_queue_equivalence(existing, durable, exclusive_owner is not None,
+                                          auto_delete, arguments)
+            existing.touch()
+            return existing, existing.message_count, existing.consumer_count
+        queue = create_queue(name, vhost=self.vhost_name, durable=durable, auto_delete=auto_delete,
+                             exclusive_owner=exclusive_owner, arguments=arguments,
+                             clock=self._clock, host=self)
+        self._add_queue(queue)
+        return queue, 0, 0
+
+    def _server_name(self) -> str:
+        while True:
+            name = "amq.gen-" + secrets.token_urlsafe(16)
+            if name not in self._queues:
+                return name
+
+    def _add_queue(self, queue: Queue) -> None:
+        self._queues[queue.name] = queue
+        if queue.timed:
+            self._timed.add(queue)
+        self._created(queue)
+
+    def _check_queue_equivalence(self, queue: Queue, durable: bool, exclusive: bool,
+                                 auto_delete: bool, arguments: dict[str, Any] | None) -> None:
+        for field, received, current in (("durable", durable, queue.durable),
+                                         ("auto_delete", auto_delete, queue.auto_delete),
+                                         ("exclusive", exclusive, queue.exclusive)):
+            if received != current:
+                raise self._inequivalent("queue", queue.name, field,
+                                         f"'{_flag(received)}'", f"'{_flag(current)}'")
+        differs = inequivalent_argument(queue.arguments, arguments, EQUIVALENCE_CHECKED_QUEUE_ARGS)
+        if differs is not None:
+            key, theirs, mine = differs
+            raise self._inequivalent("queue", queue.name, key,
+                                     describe_value(theirs), describe_value(mine))
+
+    def delete_queue(self, name: str, *, if_unused: bool = False, if_empty: bool = False,
+                     owner: object | None = None) -> int:
+        """Delete ``name``; the number of ready messages dropped (0 for a missing queue)."""
+        queue = self._queues.get(name)
+        if queue is None:
+            return 0
+        self._check_access(queue, owner)
+        if if_unused and queue.consumer_count:
+            raise PreconditionFailed(f"queue '{name}' in vhost '{self.vhost_name}' in use")
+        if if_empty and queue.message_count:
+            raise PreconditionFailed(f"queue '{name}' in vhost '{self.vhost_name}' not empty")
+        return self._delete_queue(queue)
+
+    def _delete_queue(self, queue: Queue) -> int:
+        if self._queues.get(queue.name) is not queue:
+            return 0
+        del self._queues[queue.name]
+        self._timed.discard(queue)
+        for binding in list(queue.bindings):
+            self._remove_binding(binding)
+        count = queue.delete()
+        self._deleted(queue)
+        return count
+
+    def owner_closed(self, owner: object) -> None:
+        """The connection ``owner`` closed: delete its exclusive queues."""
+        for queue in [q for q in self._queues.values()
+                      if q.exclusive_owner is not None and q.exclusive_owner == owner]:
+            self._delete_queue(queue)
+
+    # -- bindings -----------------------------------------------------------------------
+
+    def bind_queue(self, queue_name: str, exchange_name: str, routing_key: str,
+                   arguments: dict[str, Any] | None = None, owner: object | None = None) -> None:
+        if not exchange_name:
+            raise AccessRefused(_DEFAULT_EXCHANGE_REFUSAL)
+        queue = self.queue(queue_name, owner)
+        exchange = self.exchange(exchange_name)
+        binding = Binding(exchange, queue, routing_key, arguments)
+        if exchange.add_binding(binding):
+            queue.bindings.add(binding)
+            self._created(binding)
+
+    def unbind_queue(self, queue_name: str, exchange_name: str, routing_key: str,
+                     arguments: dict[str, Any] | None = None, owner: object | None = None) -> None:
+        """Remove a binding; removing one that does not exist succeeds (RabbitMQ)."""
+        if not exchange_name:
+            raise AccessRefused(_DEFAULT_EXCHANGE_REFUSAL)
+        queue = self.queue(queue_name, owner)
+        exchange = self.exchange(exchange_name)
+        binding = exchange.find_binding(queue, routing_key, arguments)
+        if binding is not None:
+            self._remove_binding(binding)
+
+    def bind_exchange(self, destination: str, source: str, routing_key: str,
+                      arguments: dict[str, Any] | None = None) -> None:
+        if not destination or not source:
+            raise AccessRefused(_DEFAULT_EXCHANGE_REFUSAL)
+        target = self.exchange(destination)
+        origin = self.exchange(source)
+        binding = Binding(origin, target, routing_key, arguments)
+        if origin.add_binding(binding):
+            target.bindings_in.add(binding)
+            self._created(binding)
+
+    def unbind_exchange(self, destination: str, source: str, routing_key: str,
+                        arguments: dict[str, Any] | None = None) -> None:
+        if not destination or not source:
+            raise AccessRefused(_DEFAULT_EXCHANGE_REFUSAL)
+        target = self.exchange(destination)
+        origin = self.exchange(source)
+        binding = origin.find_binding(target, routing_key, arguments)
+        if binding is not None:
+            self._remove_binding(binding)
+
+    def _remove_binding(self, binding: Binding) -> None:
+        source = binding.source
+        if not source.remove_binding(binding):
+            return
+        destination = binding.destination
+        if isinstance(destination, Exchange):
+            destination.bindings_in.discard(binding)
+        else:
+            destination.bindings.discard(binding)
+        self._deleted(binding)
+        # an auto-delete exchange goes when its last binding does (it had one, so it was used)
+        if source.auto_delete and not source.bindings and not source.deleted:
+            self._delete_exchange(source)
+
+    # -- routing ---------------------------------------------------------------------------
+
+    def route(self, exchange_name: str, message: Message) -> list[Queue]:
+        """The queues ``message`` published to ``exchange_name`` goes to, each once.
+
+        Raises NotFound for a missing exchange and AccessRefused for an internal one.
+        """
+        if not exchange_name:
+            queue = self._queues.get(message.routing_key)
+            return [queue] if queue is not None else []
+        exchange = self._exchanges.get(exchange_name)
+        if exchange is None:
+            raise NotFound(f"no exchange '{exchange_name}' in vhost '{self.vhost_name}'")
+        if exchange.internal:
+            raise AccessRefused(
+                f"cannot publish to internal exchange '{exchange_name}' in vhost '{self.vhost_name}'")
+        if not exchange.routes_to_exchanges:
+            destinations = exchange.route(message)
+            if destinations or exchange.alternate is None:
+                return cast("list[Queue]", list(destinations))
+        return self._route_graph(exchange, message)
+
+    def _route_graph(self, start: Exchange, message: Message) -> list[Queue]:
+        """Breadth-first over exchange-to-exchange bindings and alternate exchanges, cycle-safe.
+
+        As in RabbitMQ, an exchange's alternate is used when the exchange's own
+        bindings select nothing at all.
+        """
+        queues: dict[Queue, None] = {}
+        seen = {start}
+        pending = [start]
+        index = 0
+        default = self.default_exchange
+        while index < len(pending):
+            exchange = pending[index]
+            index += 1
+            destinations: Sequence[Queue | Exchange]
+            if exchange is default:
+                queue = self._queues.get(message.routing_key)
+                destinations = (queue,) if queue is not None else ()
+            else:
+                destinations = exchange.route(message)
+            if not destinations:
+                alternate = self._exchanges.get(exchange.alternate) if exchange.alternate is not None else None
+                if alternate is not None and alternate not in seen:
+                    seen.add(alternate)
+                    pending.append(alternate)
+                continue
+            for destination in destinations:
+                if isinstance(destination, Exchange):
+                    if destination not in seen:
+                        seen.add(destination)
+                        pending.append(destination)
+                else:
+                    queues[destination] = None
+        return list(queues)
+
+    # -- QueueHost: what queues ask of their virtual host ------------------------------------
+
+    def dead_letter(self, queue: Queue, message: Message, reason: str) -> None:
+        """Republish ``message`` through ``queue``'s dead-letter exchange (dropped if it is missing)."""
+        settings = queue.settings
+        name = settings.dead_letter_exchange
+        if name is None:
+            return
+        exchange = self._exchanges.get(name)
+        if exchange is None:
+            return
+        copy = dead_lettered(message, queue=queue.name, reason=reason,
+                             wall_time=self._wall_clock(), exchange=name,
+                             routing_key=settings.dead_letter_routing_key, arrival=self._clock())
+        for target in self._route_graph(exchange, copy):
+            if not is_cycle(copy, target.name):
+                target.enqueue(copy)
+
+    def queue_unused(self, queue: Queue) -> None:
+        """An auto-delete queue lost its last consumer."""
+        self._delete_queue(queue)
+
+    def queue_timed(self, queue: Queue) -> None:
+        """``queue`` now holds messages with an expiry: include it in deadlines."""
+        if self._queues.get(queue.name) is queue:
+            self._timed.add(queue)
+
+    # -- time ----------------------------------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`run_due` next has work (clock seconds), or None."""
+        earliest: float | None = None
+        for queue in self._timed:
+            deadline = queue.next_deadline()
+            if deadline is not None and (earliest is None or deadline < earliest):
+                earliest = deadline
+        return earliest
+
+    def run_due(self, now: float) -> None:
+        """Expire messages whose TTL has passed and delete queues unused for their x-expires."""
+        for queue in list(self._timed):
+            if queue.deleted:
+                self._timed.discard(queue)
+            elif queue.run_due(now):
+                self._delete_queue(queue)
+
+    # -- durable objects: listeners and restore ---------------------------------------------
+
+    @staticmethod
+    def is_durable_object(obj: DurableObject) -> bool:
+        """Whether ``obj`` outlives a restart (exclusive queues never do)."""
+        if isinstance(obj, Binding):
+            return Namespace.is_durable_object(obj.source) and Namespace.is_durable_object(obj.destination)
+        if isinstance(obj, Queue):
+            return obj.durable and obj.exclusive_owner is None
+        return obj.durable
+
+    def _created(self, obj: DurableObject) -> None:
+        if self.listeners and not self._restoring and self.is_durable_object(obj):
+            for listener in self.listeners:
+                listener.object_created(obj)
+
+    def _deleted(self, obj: DurableObject) -> None:
+        if self.listeners and not self._restoring and self.is_durable_object(obj):
+            for listener in self.listeners:
+                listener.object_deleted(obj)
+
+    def records(self) -> list[dict[str, Any]]:
+        """Records of every durable object, exchanges then queues then bindings."""
+        standard = {name for name, _ in STANDARD_EXCHANGES} | {""}
+        exchanges = [x for name, x in self._exchanges.items() if name not in standard]
+        objects: list[DurableObject] = [*exchanges, *self._queues.values()]
+        objects += [b for x in self._exchanges.values() for b in x.bindings.values()]
+        return [obj.to_record() for obj in objects if self.is_durable_object(obj)]
+
+    def restore(self, records: Iterable[Mapping[str, Any]]) -> None:
+        """Recreate durable objects from their records (listeners are not told)."""
+        ordered = sorted(records, key=lambda r: ("exchange", "queue", "binding").index(r["object"]))
+        self._restoring = True
+        try:
+            for record in ordered:
+                getattr(self, "_restore_" + record["object"])(record)
+        finally:
+            self._restoring = False
+
+    def _restore_exchange(self, record: Mapping[str, Any]) -> None:
+        name = record["name"]
+        if name in self._exchanges:
+            return
+        cls = EXCHANGE_TYPES.get(record["type"])
+        if cls is None:
+            raise CommandInvalid(f"invalid exchange type '{record['type']}'")
+        self._exchanges[name] = cls(
+            name, vhost=self.vhost_name, durable=record.get("durable", True),
+            auto_delete=record.get("auto_delete", False), internal=record.get("internal", False),
+            arguments=from_json_value(record.get("arguments") or {}))
+
+    def _restore_queue(self, record: Mapping[str, Any]) -> None:
+        name = record["name"]
+        if name in self._queues:
+            return
+        self._add_queue(create_queue(
+            name, vhost=self.vhost_name, durable=record.get("durable", True),
+            auto_delete=record.get("auto_delete", False),
+            arguments=from_json_value(record.get("arguments") or {}), clock=self._clock, host=self))
+
+    def _restore_binding(self, record: Mapping[str, Any]) -> None:
+        source = self._exchanges.get(record["source"])
+        if record.get("destination_type") == "exchange":
+            destination: Queue | Exchange | None = self._exchanges.get(record["destination"])
+        else:
+            destination = self._queues.get(record["destination"])
+        if source is None or destination is None:
+            return
+        binding = Binding(source, destination, record.get("routing_key", ""),
+                          from_json_value(record.get("arguments") or {}))
+        if source.add_binding(binding):
+            if isinstance(destination, Exchange):
+                destination.bindings_in.add(binding)
+            else:
+                destination.bindings.add(binding)

@@ -1,0 +1,583 @@
+"""Queues: where messages wait for consumers.
+
+:class:`Queue` is the standard FIFO queue and the base of the priority,
+last-value and sorted variants, which only replace its storage methods
+(``_store``/``_take``/``_put_back``/``_peek``/``_clear``/``_new_entry``).
+
+Storage of the standard queue
+-----------------------------
+A queued message that has never been handed out costs one pointer in a
+``deque``: no per-message entry object exists until the message is taken from
+the head.  Taking it creates its :class:`QueueEntry`, numbered by how many
+messages were taken before it.  A released (requeued) entry goes into a heap
+ordered by that number.  Because messages only ever leave from the head, every
+released entry is older than everything still in the deque, so the queue's
+head is simply "the smallest released entry, else the deque's head": requeued
+messages return to their original position (RabbitMQ, Broker-J), and enqueue
+and dequeue stay O(1) (O(log r) for r outstanding releases).
+
+Message TTL is computed, not stored: ``arrival + x-message-ttl`` against the
+message's own ``expires_at``, the smaller wins.  Like RabbitMQ, expired
+messages are removed when they reach the head (and by :meth:`Queue.run_due`).
+
+Dispatch
+--------
+Consumers are served round-robin; one whose ``can_deliver`` says no is
+skipped.  With single-active-consumer only the first registered consumer
+receives messages, and the next one takes over when it goes.  ``add_consumer``
+does not deliver: the engine announces the consumer (basic.consume-ok) and
+then calls :meth:`Queue.dispatch`, as it does whenever credit returns.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from heapq import heappop, heappush
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Final, Iterable, Protocol
+
+from broker.errors import AccessRefused
+from broker.messaging.arguments import QueueSettings, queue_settings
+from broker.messaging.message import Message
+from broker.messaging.records import to_json_value
+
+if TYPE_CHECKING:
+    from broker.messaging.exchange import Binding
+
+__all__ = ["Queue", "QueueEntry", "Consumer", "QueueHost", "AVAILABLE", "ACQUIRED", "SETTLED"]
+
+# QueueEntry states (ints, not an Enum: compared on every delivery).
+AVAILABLE: Final = 0  # in the queue's storage, ready for delivery
+ACQUIRED: Final = 1   # delivered (or got), waiting for settle/release/reject
+SETTLED: Final = 2    # gone from the queue: acked, dead-lettered, expired, dropped
+
+
+class QueueEntry:
+    """A message's place in one queue, created when it first leaves the head.
+
+    ``delivery_count`` is how many times the message was delivered before the
+    current delivery; ``redelivered`` is the AMQP redelivered flag.
+    ``position`` orders entries within their queue (an int, or a tuple for
+    sorted queues).
+    """
+
+    __slots__ = ("message", "queue", "position", "delivery_count", "redelivered", "state")
+
+    def __init__(self, message: Message, queue: Queue, position: Any) -> None:
+        self.message = message
+        self.queue = queue
+        self.position = position
+        self.delivery_count = 0
+        self.redelivered = False
+        self.state = AVAILABLE
+
+    def __lt__(self, other: QueueEntry) -> bool:
+        return self.position < other.position  # type: ignore[no-any-return]
+
+    @property
+    def acquired(self) -> bool:
+        return self.state == ACQUIRED
+
+    def settle(self) -> None:
+        self.queue.settle(self)
+
+    def release(self) -> None:
+        self.queue.release(self)
+
+    def reject(self) -> None:
+        self.queue.reject(self)
+
+    def __repr__(self) -> str:
+        state = ("available", "acquired", "settled")[self.state]
+        return f"<QueueEntry {self.queue.name!r}#{self.position} {state} {self.message!r}>"
+
+
+class Consumer(Protocol):
+    """What a queue needs from a consumer (implemented by protocol engines)."""
+
+    tag: str
+    no_ack: bool
+
+    def can_deliver(self, entry: QueueEntry) -> bool: ...
+
+    def deliver(self, entry: QueueEntry) -> None: ...
+
+    def queue_deleted(self, queue: Queue) -> None: ...
+
+
+class QueueHost(Protocol):
+    """The virtual host side of a queue (the Namespace): dead-lettering and lifetime."""
+
+    def dead_letter(self, queue: Queue, message: Message, reason: str) -> None: ...
+
+    def queue_unused(self, queue: Queue) -> None: ...
+
+    def queue_timed(self, queue: Queue) -> None: ...
+
+
+class Queue:
+    """The standard FIFO queue (and the base of the other kinds)."""
+
+    type: ClassVar[str] = "standard"
+
+    __slots__ = (
+        "name", "vhost", "durable", "auto_delete", "exclusive_owner", "arguments", "settings",
+        "bindings", "_clock", "_host", "_consumers", "_next_consumer", "_exclusive_consumer",
+        "_had_consumer", "_sac", "_ready", "_ready_bytes", "_unacked", "_dispatching",
+        "_deleted", "_timed", "_ttl", "_limited", "_last_used", "_fresh", "_returned", "_taken",
+    )
+
+    def __init__(self, name: str, *, vhost: str = "", durable: bool = False,
+                 auto_delete: bool = False, exclusive_owner: object | None = None,
+                 arguments: dict[str, Any] | None = None, settings: QueueSettings | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 host: QueueHost | None = None) -> None:
+        self.name = name
+        self.vhost = vhost
+        self.durable = durable
+        self.auto_delete = auto_delete
+        self.exclusive_owner = exclusive_owner
+        self.arguments: dict[str, Any] = dict(arguments or {})
+        if settings is None:
+            settings = queue_settings(self.arguments, name, vhost)
+        self.settings = settings
+        self.bindings: set[Binding] = set()
+        self._clock = clock
+        self._host = host
+        self._consumers: list[Consumer] = []
+        self._next_consumer = 0
+        self._exclusive_consumer = False
+        self._had_consumer = False
+        self._sac = settings.single_active_consumer
+        self._ready = 0
+        self._ready_bytes = 0
+        self._unacked = 0
+        self._dispatching = False
+        self._deleted = False
+        self._ttl = None if settings.message_ttl is None else settings.message_ttl / 1000.0
+        self._timed = self._ttl is not None or settings.expires is not None
+        self._limited = settings.limited
+        self._last_used = clock()
+        self._fresh: deque[Message] = deque()
+        self._returned: list[QueueEntry] = []
+        self._taken = 0
+
+    # -- read-only views -------------------------------------------------------
+
+    @property
+    def exclusive(self) -> bool:
+        return self.exclusive_owner is not None
+
+    @property
+    def message_count(self) -> int:
+        """Messages ready for delivery (not counting unacknowledged ones), as RabbitMQ reports."""
+        return self._ready
+
+    @property
+    def message_bytes(self) -> int:
+        return self._ready_bytes
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self._consumers)
+
+    @property
+    def unacked_count(self) -> int:
+        return self._unacked
+
+    @property
+    def consumers(self) -> tuple[Consumer, ...]:
+        return tuple(self._consumers)
+
+    @property
+    def deleted(self) -> bool:
+        return self._deleted
+
+    @property
+    def timed(self) -> bool:
+        """True when the queue has deadlines (message TTL or queue expiry) to be driven."""
+        return self._timed
+
+    # -- publishing --------------------------------------------------------------
+
+    def enqueue(self, message: Message) -> bool:
+        """Add ``message``; False when refused by a reject-publish overflow policy.
+
+        With the queue empty and a consumer able to take it, the message goes
+        straight to that consumer without touching storage.
+        """
+        if self._deleted:
+            return False
+        if self._limited and not self._admit(message):
+            return False
+        if message.expires_at is not None and not self._timed:
+            self._become_timed()
+        consumers = self._consumers
+        if consumers and not self._ready and not self._dispatching:
+            entry = self._new_entry(message)
+            if self._offer(entry, consumers):
+                return True
+            self._ready += 1
+            self._ready_bytes += len(message.body)
+            self._put_back(entry)
+        else:
+            if self._timed:
+                expiry = self._expiry(message)
+                if expiry is not None and expiry <= self._clock():
+                    self._dead_letter(message, "expired")
+                    return True
+            self._ready += 1
+            self._ready_bytes += len(message.body)
+            self._store(message)
+        if self._limited:
+            self._drop_over_limit()
+        return True
+
+    def _admit(self, message: Message) -> bool:
+        """The reject-publish policies: refuse a message that would overfill the queue."""
+        settings = self.settings
+        if settings.overflow == "drop-head":
+            return True
+        max_length, max_bytes = settings.max_length, settings.max_length_bytes
+        if ((max_length is not None and self._ready >= max_length)
+                or (max_bytes is not None and self._ready_bytes + len(message.body) > max_bytes)):
+            if settings.overflow == "reject-publish-dlx":
+                self._dead_letter(message, "maxlen")
+            return False
+        return True
+
+    def _drop_over_limit(self) -> None:
+        """The drop-head policy: dead-letter (reason ``maxlen``) from the head until within limits."""
+        settings = self.settings
+        if settings.overflow != "drop-head":
+            return
+        max_length, max_bytes = settings.max_length, settings.max_length_bytes
+        while ((max_length is not None and self._ready > max_length)
+               or (max_bytes is not None and self._ready_bytes > max_bytes)):
+            entry = self._take()
+            if entry is None:
+                break
+            self._remove(entry, "maxlen")
+
+    # -- consumers ---------------------------------------------------------------
+
+    def add_consumer(self, consumer: Consumer, exclusive: bool = False) -> None:
+        """Register ``consumer``; call :meth:`dispatch` once the engine has announced it.
+
+        Raises AccessRefused when an exclusive consumer is present, or when
+        ``exclusive`` is asked for while any consumer is.
+        """
+        if self._exclusive_consumer or (exclusive and self._consumers):
+            raise AccessRefused(f"queue '{self.name}' in vhost '{self.vhost}' in exclusive use")
+        self._consumers.append(consumer)
+        self._exclusive_consumer = exclusive
+        self._had_consumer = True
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """Unregister ``consumer`` (its unacked entries stay acquired until the engine releases them).
+
+        The last consumer of an auto-delete queue going deletes the queue.
+        """
+        consumers = self._consumers
+        for index, candidate in enumerate(consumers):
+            if candidate is consumer:
+                break
+        else:
+            return
+        del consumers[index]
+        if index < self._next_consumer:
+            self._next_consumer -= 1
+        self._exclusive_consumer = False
+        if consumers:
+            self.dispatch()  # with single-active-consumer, the next one takes over
+            return
+        self._last_used = self._clock()
+        if self.auto_delete and self._host is not None:
+            self._host.queue_unused(self)
+
+    def dispatch(self) -> None:
+        """Deliver ready messages to consumers for as long as one of them has credit."""
+        consumers = self._consumers
+        if not consumers or not self._ready or self._dispatching or self._deleted:
+            return
+        self._dispatching = True
+        try:
+            now = self._clock() if self._timed else None
+            while self._ready and consumers and not self._deleted:
+                entry = self._take()
+                if entry is None:
+                    break
+                message = entry.message
+                self._ready -= 1
+                self._ready_bytes -= len(message.body)
+                if now is not None:
+                    expiry = self._expiry(message)
+                    if expiry is not None and expiry <= now:
+                        self._retire(entry, "expired")
+                        continue
+                if not self._offer(entry, consumers):
+                    self._ready += 1
+                    self._ready_bytes += len(message.body)
+                    self._put_back(entry)
+                    break
+        finally:
+            self._dispatching = False
+
+    def _offer(self, entry: QueueEntry, consumers: list[Consumer]) -> bool:
+        """Hand ``entry`` to the next consumer able to take it; False when none can."""
+        count = len(consumers)
+        if count == 1 or self._sac:
+            if not count:
+                return False
+            consumer = consumers[0]
+            if not consumer.can_deliver(entry):
+                return False
+        else:
+            start = self._next_consumer
+            for step in range(count):
+                index = (start + step) % count
+                consumer = consumers[index]
+                if consumer.can_deliver(entry):
+                    self._next_consumer = index + 1
+                    break
+            else:
+                return False
+        if consumer.no_ack:
+            entry.state = SETTLED
+            self._forget(entry)
+        else:
+            entry.state = ACQUIRED
+            self._unacked += 1
+        consumer.deliver(entry)
+        return True
+
+    # -- basic.get and settlement ------------------------------------------------
+
+    def get(self, *, no_ack: bool = False) -> QueueEntry | None:
+        """Acquire the head for basic.get (settled at once when ``no_ack``); None when empty."""
+        self._last_used = now = self._clock()
+        timed = self._timed
+        while self._ready:
+            entry = self._take()
+            if entry is None:
+                break
+            self._ready -= 1
+            self._ready_bytes -= len(entry.message.body)
+            if timed:
+                expiry = self._expiry(entry.message)
+                if expiry is not None and expiry <= now:
+                    self._retire(entry, "expired")
+                    continue
+            if no_ack:
+                entry.state = SETTLED
+                self._forget(entry)
+            else:
+                entry.state = ACQUIRED
+                self._unacked += 1
+            return entry
+        return None
+
+    def settle(self, entry: QueueEntry) -> None:
+        """Acknowledge: the entry leaves the queue.  Settling twice is a no-op."""
+        if entry.state == ACQUIRED:
+            entry.state = SETTLED
+            self._unacked -= 1
+            self._forget(entry)
+
+    def reject(self, entry: QueueEntry) -> None:
+        """Reject without requeue: dead-letter (reason ``rejected``) or discard."""
+        if entry.state == ACQUIRED:
+            self._unacked -= 1
+            self._retire(entry, "rejected")
+
+    def release(self, entry: QueueEntry) -> None:
+        """Requeue at the entry's original position, marked redelivered, then dispatch."""
+        if self._release(entry):
+            self.dispatch()
+
+    def release_many(self, entries: Iterable[QueueEntry]) -> None:
+        """Release several entries (a channel closing) and dispatch once."""
+        released = False
+        for entry in entries:
+            released = self._release(entry) or released
+        if released:
+            self.dispatch()
+
+    def _release(self, entry: QueueEntry) -> bool:
+        if entry.state != ACQUIRED:
+            return False
+        self._unacked -= 1
+        entry.delivery_count += 1
+        entry.redelivered = True
+        if self._deleted:
+            entry.state = SETTLED
+            return False
+        limit = self.settings.delivery_limit
+        if limit is not None and entry.delivery_count > limit:
+            self._retire(entry, "delivery_limit")
+            return False
+        if not self._may_requeue(entry):
+            entry.state = SETTLED
+            self._forget(entry)
+            return False
+        self._ready += 1
+        self._ready_bytes += len(entry.message.body)
+        self._put_back(entry)
+        if self._limited:
+            self._drop_over_limit()
+        return True
+
+    def purge(self) -> int:
+        """Drop every ready message (not dead-lettered, as RabbitMQ); the number dropped."""
+        count = self._ready
+        self._clear()
+        self._ready = self._ready_bytes = 0
+        return count
+
+    # -- lifetime and deadlines --------------------------------------------------
+
+    def touch(self) -> None:
+        """Note a use (redeclare) for x-expires."""
+        self._last_used = self._clock()
+
+    def delete(self) -> int:
+        """Drop everything and tell consumers (broker-side cancel); the ready count dropped.
+
+        Called by the Namespace; a deleted queue refuses enqueues and ignores releases.
+        """
+        if self._deleted:
+            return 0
+        count = self._ready
+        self._deleted = True
+        consumers, self._consumers = self._consumers, []
+        self._clear()
+        self._ready = self._ready_bytes = 0
+        for consumer in consumers:
+            consumer.queue_deleted(self)
+        return count
+
+    def next_deadline(self) -> float | None:
+        """The earliest time :meth:`run_due` has work: a head message's expiry or queue expiry."""
+        if self._deleted:
+            return None
+        deadline = self._head_expiry()
+        expires = self.settings.expires
+        if expires is not None and not self._consumers:
+            idle = self._last_used + expires / 1000.0
+            if deadline is None or idle < deadline:
+                deadline = idle
+        return deadline
+
+    def run_due(self, now: float) -> bool:
+        """Expire head messages due by ``now``; True when the queue itself has expired (x-expires)."""
+        if self._deleted:
+            return False
+        self._expire_heads(now)
+        expires = self.settings.expires
+        return (expires is not None and not self._consumers
+                and now >= self._last_used + expires / 1000.0)
+
+    def _expiry(self, message: Message) -> float | None:
+        """When ``message`` expires in this queue: the smaller of queue TTL and its own expiration."""
+        expires_at = message.expires_at
+        ttl = self._ttl
+        if ttl is not None:
+            by_queue = message.arrival + ttl
+            if expires_at is None or by_queue < expires_at:
+                return by_queue
+        return expires_at
+
+    def _head_expiry(self) -> float | None:
+        head = self._peek()
+        if head is None:
+            return None
+        return self._expiry(head if type(head) is Message else head.message)  # type: ignore[union-attr]
+
+    def _expire_heads(self, now: float) -> None:
+        while self._ready:
+            head = self._peek()
+            if head is None:
+                return
+            expiry = self._expiry(head if type(head) is Message else head.message)  # type: ignore[union-attr]
+            if expiry is None or expiry > now:
+                return
+            entry = self._take()
+            if entry is None:
+                return
+            self._remove(entry, "expired")
+
+    def _become_timed(self) -> None:
+        self._timed = True
+        if self._host is not None:
+            self._host.queue_timed(self)
+
+    # -- leaving the queue -----------------------------------------------------------
+
+    def _remove(self, entry: QueueEntry, reason: str) -> None:
+        """Take a just-taken ready ``entry`` out of the counts and retire it."""
+        self._ready -= 1
+        self._ready_bytes -= len(entry.message.body)
+        self._retire(entry, reason)
+
+    def _retire(self, entry: QueueEntry, reason: str) -> None:
+        entry.state = SETTLED
+        self._forget(entry)
+        self._dead_letter(entry.message, reason)
+
+    def _dead_letter(self, message: Message, reason: str) -> None:
+        if self._host is not None and self.settings.dead_letter_exchange is not None:
+            self._host.dead_letter(self, message, reason)
+
+    # -- storage (overridden by the other queue kinds) ---------------------------------
+
+    def _new_entry(self, message: Message) -> QueueEntry:
+        """An entry for a message going straight to a consumer (storage is empty)."""
+        entry = QueueEntry(message, self, self._taken)
+        self._taken += 1
+        return entry
+
+    def _store(self, message: Message) -> None:
+        self._fresh.append(message)
+
+    def _take(self) -> QueueEntry | None:
+        returned = self._returned
+        if returned:
+            return heappop(returned)
+        fresh = self._fresh
+        if fresh:
+            entry = QueueEntry(fresh.popleft(), self, self._taken)
+            self._taken += 1
+            return entry
+        return None
+
+    def _put_back(self, entry: QueueEntry) -> None:
+        entry.state = AVAILABLE
+        heappush(self._returned, entry)
+
+    def _peek(self) -> Message | QueueEntry | None:
+        if self._returned:
+            return self._returned[0]
+        if self._fresh:
+            return self._fresh[0]
+        return None
+
+    def _clear(self) -> None:
+        self._fresh.clear()
+        for entry in self._returned:
+            entry.state = SETTLED
+        self._returned.clear()
+
+    def _may_requeue(self, entry: QueueEntry) -> bool:
+        return True
+
+    def _forget(self, entry: QueueEntry) -> None:
+        """Hook: ``entry`` has left the queue for good."""
+
+    def to_record(self) -> dict[str, Any]:
+        """The JSON-able record a durable configuration store keeps for this queue."""
+        return {"object": "queue", "name": self.name, "type": self.type, "durable": self.durable,
+                "auto_delete": self.auto_delete, "arguments": to_json_value(self.arguments)}
+
+    def __repr__(self) -> str:
+        return (f"<{type(self).__name__} {self.name!r} vhost={self.vhost!r} ready={self._ready} "
+                f"unacked={self._unacked} consumers={len(self._consumers)}>")

@@ -1,0 +1,128 @@
+"""The Broker category: broker-wide limits and the lookups the server needs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+from broker.errors import ConfigurationError
+from broker.model.attributes import attribute
+from broker.model.configured_object import ConfiguredObject
+
+if TYPE_CHECKING:
+    from broker.model.authentication import AuthenticationProvider
+    from broker.model.port import Port
+    from broker.model.virtualhost import VirtualHost, VirtualHostNode
+
+#: share of the memory available to the process above which publishers are
+#: blocked (RabbitMQ's ``vm_memory_high_watermark`` of 0.4)
+MEMORY_HIGH_WATERMARK_FRACTION = 0.4
+
+#: the smallest frame AMQP 0-9-1 lets a peer negotiate (spec 4.2.3, frame-min-size)
+MIN_FRAME_SIZE = 4096
+
+
+class Broker(ConfiguredObject):
+    """The single child of SystemConfig; parent of ports, providers and nodes."""
+
+    category = "Broker"
+
+    name = attribute(str, default="deltamq", mandatory=True, mutable=False,
+                     description="Name of the broker, shown to clients and in management")
+    default_virtual_host = attribute(
+        str, default="default",
+        description="Virtual host opened when a client asks for '/' or ''")
+    heartbeat_delay = attribute(
+        int, name="connection.heartbeatDelay", default=60,
+        description="Heartbeat interval in seconds offered to clients (0: none)")
+    max_frame_size = attribute(
+        int, default=131072,
+        description="Largest frame, in bytes, the broker offers and accepts")
+    max_channels = attribute(
+        int, default=2047, description="Most channels (sessions) per connection")
+    max_message_size = attribute(
+        int, default=104857600,
+        description="Largest message body in bytes; larger ones are refused")
+    memory_high_watermark = attribute(
+        int, default="${deltamq.memory_high_watermark}",
+        description="Bytes of memory in use above which publishing connections are"
+                    " blocked (connection.blocked); default 40% of available memory")
+
+    def validate(self) -> None:
+        if self.heartbeat_delay < 0:
+            raise ConfigurationError(f"{self.label}: attribute 'connection.heartbeatDelay'"
+                                     " must not be negative")
+        if self.max_frame_size < MIN_FRAME_SIZE:
+            raise ConfigurationError(f"{self.label}: attribute 'maxFrameSize' must be at least"
+                                     f" {MIN_FRAME_SIZE}")
+        if not 1 <= self.max_channels <= 65535:
+            raise ConfigurationError(f"{self.label}: attribute 'maxChannels' must be between"
+                                     " 1 and 65535")
+        if self.max_message_size <= 0 or self.memory_high_watermark <= 0:
+            raise ConfigurationError(f"{self.label}: 'maxMessageSize' and 'memoryHighWatermark'"
+                                     " must be positive")
+
+    # -- lookups ------------------------------------------------------------------
+
+    def ports(self, type: str | None = None) -> list[Port]:
+        """Ports, optionally only those of ``type`` ("AMQP" or "HTTP")."""
+        ports = cast("list[Port]", self.children("Port"))
+        if type is None:
+            return ports
+        return [port for port in ports if port.type.lower() == type.lower()]
+
+    def authentication_provider(self, name: str) -> AuthenticationProvider | None:
+        return cast("AuthenticationProvider | None", self.child("AuthenticationProvider", name))
+
+    @property
+    def virtual_host_nodes(self) -> list[VirtualHostNode]:
+        return cast("list[VirtualHostNode]", self.children("VirtualHostNode"))
+
+    @property
+    def virtual_hosts(self) -> list[VirtualHost]:
+        return [vhost for node in self.virtual_host_nodes for vhost in node.virtual_hosts]
+
+    def virtual_host_name(self, requested: str) -> str:
+        """The name a client's request means: '/' and '' are the default virtual host."""
+        if requested in ("", "/"):
+            return self.default_virtual_host
+        return requested
+
+    def find_virtual_host(self, name: str) -> VirtualHost | None:
+        """The virtual host a client asked for (connection.open's ``virtual-host``).
+
+        An exact name wins; '/' and '' mean ``defaultVirtualHost``; a leading
+        '/' is otherwise ignored ('/test' finds 'test'), as Broker-J does for
+        clients that send vhost names as paths.  The virtual host may be in
+        any state: the caller refuses one that is not ACTIVE.
+        """
+        hosts = {vhost.name: vhost for vhost in self.virtual_hosts}
+        if name in hosts:
+            return hosts[name]
+        if name in ("", "/"):
+            return hosts.get(self.default_virtual_host)
+        if name.startswith("/"):
+            return hosts.get(name[1:])
+        return None
+
+
+def available_memory() -> int:
+    """Bytes of memory this process may use: physical RAM, or a smaller cgroup limit."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        total = 4 * 1024 ** 3
+    for limit_file in ("/sys/fs/cgroup/memory.max",
+                       "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(limit_file).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and 0 < int(text) < total:
+            total = int(text)
+    return total
+
+
+def default_memory_high_watermark() -> str:
+    return str(int(available_memory() * MEMORY_HIGH_WATERMARK_FRACTION))

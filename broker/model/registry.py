@@ -1,0 +1,192 @@
+"""The broker model: which categories exist, how they nest, which types they have.
+
+:data:`TREE` is the one place the category hierarchy is written down (Broker-J's
+``BrokerModel``).  Category classes register themselves when defined; types
+(category specialisations chosen by the ``type`` attribute) and configuration
+stores are plugins found through Python entry points, with a built-in table
+so they work from a source checkout before the package is installed
+(Broker-J's ``ServiceLoader`` / ``@PluggableService``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING, Any
+
+from broker.errors import ConfigurationError
+from broker.model.attributes import Attribute, DerivedAttribute, declared_attributes, \
+    derived_attributes
+
+if TYPE_CHECKING:
+    from broker.model.configured_object import ConfiguredObject
+
+#: parent category -> child categories, in the order children are opened
+#: (authentication providers before the ports that name them).
+TREE: dict[str, tuple[str, ...]] = {
+    "SystemConfig": ("Broker",),
+    "Broker": ("AuthenticationProvider", "Port", "VirtualHostNode"),
+    "AuthenticationProvider": ("User",),
+    "Port": (),
+    "User": (),
+    "VirtualHostNode": ("VirtualHost",),
+    # Exchange and Queue are owned by the messaging layer's Namespace for now.
+    "VirtualHost": ("Connection",),
+    "Connection": ("Session",),
+    "Session": ("Consumer",),
+    "Consumer": (),
+}
+
+#: category -> entry point group naming its types.
+TYPE_GROUPS: dict[str, str] = {
+    "AuthenticationProvider": "deltamq.auth",
+    "Port": "deltamq.ports",
+}
+
+STORE_GROUP = "deltamq.stores"
+
+#: categories whose ``type`` names a plugin of another kind than the category
+#: itself (a VirtualHostNode's type is the store it keeps its data in).
+TYPE_NAMED_BY: dict[str, str] = {"VirtualHostNode": STORE_GROUP}
+
+#: (entry point group, type) -> "module:attribute"; consulted when no
+#: installed distribution declares the entry point.
+BUILTIN_PLUGINS: dict[tuple[str, str], str] = {
+    ("deltamq.auth", "PasswordFile"):
+        "broker.security.password_file:PasswordFileAuthenticationProvider",
+    ("deltamq.auth", "Anonymous"): "broker.security.anonymous:AnonymousAuthenticationProvider",
+    ("deltamq.ports", "AMQP"): "broker.model.port:AmqpPort",
+    ("deltamq.ports", "HTTP"): "broker.model.port:HttpPort",
+    ("deltamq.stores", "memory"): "broker.model.config_store:MemoryConfigurationStore",
+}
+
+_BASES: dict[str, type[ConfiguredObject]] = {}
+
+
+def register(cls: type[ConfiguredObject]) -> None:
+    """Record ``cls`` as the base class of its category (called on class creation)."""
+    if cls.category not in TREE:
+        raise ConfigurationError(f"category '{cls.category}' is not part of the broker model")
+    _BASES[cls.category] = cls
+
+
+@dataclass(frozen=True)
+class Category:
+    """What management needs to know about one category, without instances."""
+
+    name: str
+    base: type[ConfiguredObject]
+
+    @property
+    def parent(self) -> str | None:
+        for parent, children in TREE.items():
+            if self.name in children:
+                return parent
+        return None
+
+    @property
+    def children(self) -> tuple[str, ...]:
+        return TREE[self.name]
+
+    @property
+    def plural(self) -> str:
+        """The key holding children of this category in a configuration file."""
+        return self.name.lower() + "s"
+
+    def types(self) -> list[str]:
+        """Known specialisations (installed or built in), without importing them."""
+        group = TYPE_GROUPS.get(self.name) or TYPE_NAMED_BY.get(self.name)
+        if group is None:
+            return []
+        names = set(_entry_points(group)) | {t for g, t in BUILTIN_PLUGINS if g == group}
+        return sorted(names)
+
+    def attributes(self, type_name: str | None = None) -> dict[str, Attribute[Any]]:
+        cls = specialisation(self.name, type_name) if type_name else self.base
+        return declared_attributes(cls)
+
+    def derived_attributes(self, type_name: str | None = None) -> dict[str, DerivedAttribute[Any]]:
+        cls = specialisation(self.name, type_name) if type_name else self.base
+        return derived_attributes(cls)
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready description (REST ``/api/latest/metadata``-style)."""
+        return {
+            "category": self.name,
+            "parent": self.parent,
+            "children": list(self.children),
+            "types": self.types(),
+            "attributes": {name: a.as_dict() for name, a in self.attributes().items()},
+            "derived": {name: a.as_dict() for name, a in self.derived_attributes().items()},
+        }
+
+
+def category(name: str) -> Category:
+    """The category called ``name`` (case-insensitive, singular or plural)."""
+    wanted = name.lower()
+    for known, base in _BASES.items():
+        if wanted in (known.lower(), known.lower() + "s"):
+            return Category(known, base)
+    raise ConfigurationError(f"unknown category '{name}'")
+
+
+def categories() -> list[Category]:
+    """Every registered category, in model (tree) order."""
+    return [Category(name, _BASES[name]) for name in TREE if name in _BASES]
+
+
+def specialisation(category_name: str, type_name: str | None) -> type[ConfiguredObject]:
+    """The class implementing ``type_name`` of ``category_name``.
+
+    Categories without types (or ``type_name`` None for them) give the base
+    class.  An unknown type is a :class:`ConfigurationError` listing the known ones.
+    """
+    base = category(category_name).base
+    group = TYPE_GROUPS.get(base.category)
+    if group is None:
+        return base
+    if not type_name:
+        raise ConfigurationError(f"{base.category}: attribute 'type' is mandatory;"
+                                 f" one of {', '.join(category(base.category).types())}")
+    cls = load_plugin(group, type_name, what=f"{base.category} type")
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ConfigurationError(f"{base.category} type '{type_name}' is provided by {cls!r},"
+                                 f" which is not a {base.__name__}")
+    return cls
+
+
+def load_plugin(group: str, name: str, *, what: str) -> Any:
+    """Load plugin ``name`` of entry point ``group`` (case-insensitive name).
+
+    Installed entry points win over the built-in table, so a distribution can
+    replace a built-in implementation.
+    """
+    installed = _entry_points(group)
+    key = _match(name, installed)
+    if key is not None:
+        return installed[key].load()
+    builtin = {t: target for (g, t), target in BUILTIN_PLUGINS.items() if g == group}
+    key = _match(name, builtin)
+    if key is None:
+        known = sorted(set(installed) | set(builtin))
+        raise ConfigurationError(f"unknown {what} '{name}'; known: {', '.join(known)}")
+    module_name, _, attribute = builtin[key].partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def _match(name: str, names: Iterable[str]) -> str | None:
+    candidates = list(names)
+    if name in candidates:
+        return name
+    for candidate in candidates:
+        if candidate.lower() == name.lower():
+            return candidate
+    return None
+
+
+@functools.cache
+def _entry_points(group: str) -> dict[str, EntryPoint]:
+    return {ep.name: ep for ep in entry_points(group=group)}

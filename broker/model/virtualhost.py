@@ -1,0 +1,171 @@
+"""VirtualHostNode and VirtualHost.
+
+A VirtualHostNode owns a configuration store (its ``type`` picks the store
+plugin from entry point group ``deltamq.stores``: ``memory`` here, ``delta``
+from the lakehouse) in which its VirtualHost and the virtual host's durable
+descendants are kept.  On first open, when that store is empty, the node
+stores a virtual host made from ``virtualHostInitialConfiguration``
+(Broker-J's blueprint), named after the node unless the blueprint names it,
+and recovers it like any stored one.
+
+A VirtualHost owns a :class:`broker.messaging.namespace.Namespace` (its
+exchanges, queues and bindings) as the plain Python attribute ``namespace``:
+created on open, never persisted as an attribute.  Tests, or a server that
+wants another implementation, hand a factory to SystemConfig
+(``namespace_factory``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from broker.errors import ConfigurationError, InternalError, NotAllowed
+from broker.model import registry
+from broker.model.attributes import attribute, derived
+from broker.model.config_store import ConfigurationRecord, DurableConfigurationStore
+from broker.model.configured_object import ConfiguredObject
+from broker.model.persistence import StoreBinding, recover
+from broker.model.port import PortProtocol, Transport
+from broker.model.runtime import Connection, next_connection_name
+
+if TYPE_CHECKING:
+    from broker.messaging.namespace import Namespace
+
+NamespaceFactory = Callable[[str], Any]
+
+
+class VirtualHostNode(ConfiguredObject):
+    category = "VirtualHostNode"
+    manages_children = True
+
+    type = attribute(str, default="memory", mutable=False,
+                     description="Store type of the node (deltamq.stores): memory or delta")
+    store_path = attribute(str, default="${deltamq.data_dir}/${this:name}",
+                           description="Where a durable store keeps this node's data")
+    virtual_host_initial_configuration = attribute(
+        dict, default={}, mutable=True, expand=False,
+        description="Attributes of the virtual host created when the node's store is"
+                    " empty; its name defaults to the node's")
+
+    def __init__(self, parent: ConfiguredObject | None, attributes: Mapping[str, Any],
+                 *, id: str | None = None) -> None:
+        super().__init__(parent, attributes, id=id)
+        self.store: DurableConfigurationStore | None = None
+        self._binding: StoreBinding | None = None
+
+    @property
+    def virtual_hosts(self) -> list[VirtualHost]:
+        return cast("list[VirtualHost]", self.children("VirtualHost"))
+
+    @property
+    def virtual_host(self) -> VirtualHost | None:
+        hosts = self.virtual_hosts
+        return hosts[0] if hosts else None
+
+    def validate(self) -> None:
+        registry.load_plugin(registry.STORE_GROUP, self.type, what="virtual host node type")
+
+    def on_open(self) -> None:
+        store_class = registry.load_plugin(registry.STORE_GROUP, self.type,
+                                           what="virtual host node type")
+        store = cast(DurableConfigurationStore, store_class(path=self.store_path))
+        store.open()
+        self.store = store
+        records = store.recover()
+        if not records:
+            # The blueprint is stored, then recovered like any stored virtual
+            # host: one that fails to open is then ERRORED in the model (and
+            # visible to management) instead of taking its node down.
+            blueprint = dict(self.virtual_host_initial_configuration or {})
+            blueprint.setdefault("name", self.name)
+            store.save([ConfigurationRecord(str(uuid.uuid4()), "VirtualHost", None, blueprint)])
+            records = store.recover()
+        recover(self, records)
+        self._binding = StoreBinding(self, store)
+        self._binding.attach()
+
+    def on_close(self) -> None:
+        if self._binding is not None:
+            self._binding.detach()
+            self._binding = None
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+
+class VirtualHost(ConfiguredObject):
+    category = "VirtualHost"
+
+    max_connections = attribute(int, default=-1,
+                                description="Connections open at once; -1 for no limit")
+
+    def __init__(self, parent: ConfiguredObject | None, attributes: Mapping[str, Any],
+                 *, id: str | None = None) -> None:
+        super().__init__(parent, attributes, id=id)
+        #: exchanges, queues and bindings; set on open, never persisted
+        self.namespace: Namespace | None = None
+
+    @property
+    def node(self) -> VirtualHostNode:
+        return cast(VirtualHostNode, self.parent)
+
+    @property
+    def connections(self) -> list[Connection]:
+        return cast("list[Connection]", self.children("Connection"))
+
+    @derived(int, description="Connections open on this virtual host")
+    def connection_count(self) -> int:
+        return len(self._children["Connection"])
+
+    def validate(self) -> None:
+        if self.max_connections < -1:
+            raise ConfigurationError(f"{self.label}: attribute 'maxConnections' must be -1"
+                                     " (no limit) or more")
+
+    def on_open(self) -> None:
+        factory = cast("NamespaceFactory | None", getattr(self.root, "namespace_factory", None))
+        self.namespace = (factory or messaging_namespace)(self.name)
+
+    def on_close(self) -> None:
+        self.namespace = None
+
+    def register_connection(
+        self, *, remote_address: str, protocol: PortProtocol | str,
+        principal: str = "", port: str = "", transport: Transport | str = "TCP",
+        client_id: str = "", client_product: str = "", client_version: str = "",
+        closer: Callable[[str], None] | None = None, name: str | None = None,
+    ) -> Connection:
+        """Record a connection that opened this virtual host (after connection.open).
+
+        ``closer(reason)`` is called if management deletes the connection.
+        Raises :class:`~broker.errors.NotAllowed` (530, RabbitMQ's text) when
+        ``maxConnections`` is reached.
+        """
+        if 0 <= self.max_connections <= len(self._children["Connection"]):
+            raise NotAllowed(f"access to vhost '{self.name}' refused for user '{principal}':"
+                             f" connection limit ({self.max_connections}) is reached")
+        connection = Connection(self, {
+            "name": name or next_connection_name(remote_address),
+            "remoteAddress": remote_address,
+            "protocol": protocol.name if isinstance(protocol, PortProtocol) else protocol,
+            "principal": principal, "port": port,
+            "transport": transport.name if isinstance(transport, Transport) else transport,
+            "clientId": client_id, "clientProduct": client_product,
+            "clientVersion": client_version,
+        })
+        connection.closer = closer
+        connection.create()
+        return connection
+
+
+def messaging_namespace(vhost_name: str) -> Any:
+    """The messaging layer's Namespace for ``vhost_name`` (imported when first needed)."""
+    try:
+        from broker.messaging.namespace import Namespace
+    except ImportError as exc:
+        raise InternalError(f"virtual host '{vhost_name}' cannot open: the messaging layer"
+                            f" (broker.messaging.namespace.Namespace) is unavailable: {exc}"
+                            ) from exc
+    return Namespace(vhost_name=vhost_name)

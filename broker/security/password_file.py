@@ -1,0 +1,172 @@
+"""The PasswordFile authentication provider: users with salted hashes in a file.
+
+On open the provider reads its file (creating it with ``guest``/``guest`` the
+first time, as RabbitMQ and Broker-J ship a guest user) and shows every user
+as a User child.  Users added, changed or deleted through the model are
+written to the file; edits made by ``deltamq user ...`` while the broker runs
+are noticed at the next login (the file's mtime and size are compared),
+so a new user can log in without a restart.
+
+Hash verification costs ~50 ms of CPU (scrypt, see
+:mod:`broker.security.passwords`), which the event loop cannot spend on every
+connection: after one successful verification the provider remembers an
+HMAC, under a random per-process key, of (stored hash, password), and later
+logins with the same password are checked against it in constant time.  A
+changed password changes the stored hash, so a remembered value never
+outlives it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+from broker.model.attributes import attribute
+from broker.model.authentication import AuthenticationProvider, User, refused
+from broker.model.configured_object import ConfiguredObject, State
+from broker.security.passwords import PasswordFile, UserEntry, hash_password, verify_password
+from broker.security.principal import Principal
+
+log = logging.getLogger(__name__)
+
+DEFAULT_USER = ("guest", "guest")
+
+
+class PasswordFileAuthenticationProvider(AuthenticationProvider):
+    type_name = "PasswordFile"
+
+    path = attribute(str, default="${deltamq.data_dir}/passwords",
+                     description="The password file (created with user guest/guest if missing)")
+    allow_anonymous = attribute(bool, default=False,
+                                description="Also offer SASL ANONYMOUS")
+
+    def __init__(self, parent: ConfiguredObject | None, attributes: Mapping[str, Any],
+                 *, id: str | None = None) -> None:
+        super().__init__(parent, attributes, id=id)
+        self._file: PasswordFile | None = None
+        self._stamp: tuple[int, int] | None = None
+        self._cache_key = secrets.token_bytes(32)
+        self._verified: dict[str, bytes] = {}
+        self._dummy_hash: str | None = None
+
+    @property
+    def password_file(self) -> PasswordFile:
+        if self._file is None or str(self._file.path) != self.path:
+            self._file = PasswordFile(self.path)
+        return self._file
+
+    @property
+    def sasl_mechanisms(self) -> list[str]:
+        mechanisms = ["PLAIN", "AMQPLAIN"]
+        if self.allow_anonymous:
+            mechanisms.append("ANONYMOUS")
+        return mechanisms
+
+    @property
+    def allows_anonymous(self) -> bool:
+        return bool(self.allow_anonymous)
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def on_open(self) -> None:
+        self._file = PasswordFile(self.path)
+        if not self._file.exists():
+            name, password = DEFAULT_USER
+            log.warning("%s: creating %s with the default user '%s'", self.label,
+                        self._file.path, name)
+            self._file.save({name: UserEntry(hash_password(password))})
+        self._load_users()
+
+    def on_close(self) -> None:
+        self._verified.clear()
+
+    # -- authentication ----------------------------------------------------------------
+
+    def authenticate(self, username: str, password: str, remote_host: str | None,
+                     *, mechanism: str = "PLAIN") -> Principal:
+        """The principal for a correct password; AuthenticationFailed otherwise.
+
+        A wrong password and an unknown user are refused alike (same text,
+        same work); only once the password is right does the loopback rule
+        say why ``guest`` is refused from elsewhere, as RabbitMQ does.
+        """
+        self.refresh()
+        user = self.user(username)
+        stored = user.password if user is not None else self._dummy()
+        if not self._verify(username, password, stored) or user is None:
+            log.info("%s: login of '%s' from %s refused", self.label, username, remote_host)
+            raise refused(mechanism)
+        self.check_loopback(username, remote_host, mechanism)
+        return Principal(username, self.name)
+
+    def _verify(self, username: str, password: str, stored: str) -> bool:
+        tag = hmac.new(self._cache_key, stored.encode() + b"\x00" + password.encode("utf-8"),
+                       hashlib.sha256).digest()
+        remembered = self._verified.get(username)
+        if remembered is not None and hmac.compare_digest(remembered, tag):
+            return True
+        if not verify_password(password, stored):
+            return False
+        self._verified[username] = tag
+        return True
+
+    def _dummy(self) -> str:
+        if self._dummy_hash is None:
+            self._dummy_hash = hash_password(secrets.token_urlsafe(16))
+        return self._dummy_hash
+
+    # -- users and the file ----------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Re-read the file if it changed since it was last read."""
+        if self.state is State.ACTIVE and self.password_file.stamp() != self._stamp:
+            self._load_users()
+
+    def _load_users(self) -> None:
+        stamp = self.password_file.stamp()
+        entries = self.password_file.load()
+        self._stamp = stamp
+        for user in self.users:
+            if user.name not in entries:
+                self._verified.pop(user.name, None)
+                user._delete_tree()
+        for name, entry in entries.items():
+            existing = self.user(name)
+            if existing is None:
+                user = User(self, {"name": name, "password": entry.password,
+                                   "virtualHosts": entry.virtual_hosts})
+                self._attach(user)
+                user.open()
+                self._notify_child(user, added=True)
+            elif (existing.password, existing.virtual_hosts) != (entry.password,
+                                                                 entry.virtual_hosts):
+                existing._actual.update(password=entry.password,
+                                        virtualHosts=entry.virtual_hosts)
+                existing._values = existing._resolve()
+
+    def encode_password(self, password: str) -> str:
+        return hash_password(password)
+
+    def user_added(self, user: User) -> None:
+        self._write(user.name, UserEntry(user.password, list(user.virtual_hosts)))
+
+    def user_changed(self, user: User) -> None:
+        self._write(user.name, UserEntry(user.password, list(user.virtual_hosts)))
+
+    def user_removed(self, user: User) -> None:
+        self._verified.pop(user.name, None)
+        self._write(user.name, None)
+
+    def _write(self, name: str, entry: UserEntry | None) -> None:
+        """Change one user in the file, keeping edits others made meanwhile."""
+        entries = self.password_file.load()
+        if entry is None:
+            entries.pop(name, None)
+        else:
+            entries[name] = entry
+        self.password_file.save(entries)
+        self._stamp = None  # re-read at the next login: picks up others' edits too

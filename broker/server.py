@@ -1,0 +1,213 @@
+"""Start the broker: load the model, open listeners, run until told to stop.
+
+This is the composition root.  It owns the one event loop on which every
+model and queue operation happens, binds each AMQP Port of the model to a
+TCP listener, drives each virtual host's timers (message TTL, queue
+expiry) and the memory alarm behind connection.blocked, and on SIGINT/SIGTERM
+closes every connection with 320 CONNECTION_FORCED before exiting.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+from functools import partial
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from broker import __version__, errors
+from broker.protocol.amqp0_9_1.connection import AmqpConnection
+from broker.protocol.detect import AmqpVersion
+from broker.transport.tcp import ConnectionRegistry, close_all, serve_stream
+
+log = logging.getLogger("deltamq")
+
+# Protocol families this build serves; a port may enable fewer.
+IMPLEMENTED = {
+    "AMQP_0_8": AmqpVersion.V0_8,
+    "AMQP_0_9": AmqpVersion.V0_9,
+    "AMQP_0_9_1": AmqpVersion.V0_9_1,
+}
+
+MEMORY_CHECK_INTERVAL = 1.0
+TIMER_RESOLUTION = 0.05
+
+
+class BrokerHost:
+    """The :class:`~broker.protocol.host.ProtocolHost` of one AMQP port, over the model."""
+
+    product = "DeltaMQ"
+    version = __version__
+
+    def __init__(self, broker: Any, port: Any, alarm: MemoryAlarm) -> None:
+        self.broker = broker
+        self.port = port
+        self.alarm = alarm
+        self.frame_max = int(broker.max_frame_size)
+        self.channel_max = int(broker.max_channels)
+        self.heartbeat = int(broker.heartbeat_delay)
+        self.max_message_size = int(broker.max_message_size)
+
+    @property
+    def provider(self) -> Any:
+        return self.port.provider
+
+    def sasl_mechanisms(self, remote_host: str) -> list[str]:
+        return list(self.provider.sasl_mechanisms)
+
+    def authenticate(self, username: str, password: str, remote_host: str) -> Any:
+        return self.provider.authenticate(username, password, remote_host)
+
+    def authenticate_anonymous(self, remote_host: str) -> Any:
+        return self.provider.authenticate_anonymous(remote_host)
+
+    def open_virtual_host(self, name: str, principal: Any) -> Any:
+        vhost = self.broker.find_virtual_host(name)
+        if vhost is None:
+            # RabbitMQ answers an unknown vhost with 530 NOT_ALLOWED
+            raise errors.NotAllowed(f"vhost {name} not found")
+        if vhost.state.name != "ACTIVE":
+            raise errors.ConnectionForced(f"vhost {vhost.name} is {vhost.state.name.lower()}")
+        may_access = getattr(self.provider, "may_access", None)
+        if may_access is not None and not may_access(principal, vhost.name):
+            raise errors.ConnectionAccessRefused(
+                f"access to vhost '{vhost.name}' refused for user '{principal.name}'")
+        return vhost.namespace
+
+    def connection_opened(self, connection: AmqpConnection) -> None:
+        register = getattr(self.port, "register_connection", None)
+        if register is not None:
+            register(connection)
+
+    def connection_closed(self, connection: AmqpConnection) -> None:
+        unregister = getattr(self.port, "unregister_connection", None)
+        if unregister is not None:
+            unregister(connection)
+
+    @property
+    def memory_blocked(self) -> bool:
+        return self.alarm.blocked
+
+
+class MemoryAlarm:
+    """RabbitMQ's memory high watermark: above it, publishers are blocked."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.blocked = False
+        self.registries: list[ConnectionRegistry] = []
+
+    def check(self) -> None:
+        used = resident_memory()
+        blocked = used > self.limit
+        if blocked != self.blocked:
+            self.blocked = blocked
+            log.warning("memory alarm %s: %d bytes in use, limit %d",
+                        "set" if blocked else "cleared", used, self.limit)
+            for registry in self.registries:
+                for engine in list(registry.engines):
+                    engine.set_blocked(blocked)
+
+
+def resident_memory() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+async def _run_timers(namespace: Any) -> None:
+    """Drive a namespace's TTL and expiry deadlines (the messaging core has no timers)."""
+    while True:
+        now = time.monotonic()
+        deadline = namespace.next_deadline()
+        if deadline is not None and deadline <= now:
+            namespace.run_due(now)
+            continue
+        delay = TIMER_RESOLUTION if deadline is None else min(max(deadline - now, 0.001), TIMER_RESOLUTION)
+        await anyio.sleep(delay)
+
+
+async def _watch_memory(alarm: MemoryAlarm) -> None:
+    while True:
+        alarm.check()
+        await anyio.sleep(MEMORY_CHECK_INTERVAL)
+
+
+async def _serve_port(tg: TaskGroup, broker: Any, port: Any, alarm: MemoryAlarm) -> ConnectionRegistry:
+    host = BrokerHost(broker, port, alarm)
+    supported = frozenset(IMPLEMENTED[p.name] for p in port.protocols if p.name in IMPLEMENTED)
+    registry = ConnectionRegistry(max_connections=int(port.max_open_connections))
+    alarm.registries.append(registry)
+
+    def engine_factory(version: AmqpVersion, remote_host: str, remote_port: int) -> AmqpConnection:
+        return AmqpConnection(host, version, remote_host=remote_host, remote_port=remote_port,
+                              port_name=port.name)
+
+    local_host = port.local_host
+    listener = await anyio.create_tcp_listener(local_host=local_host, local_port=int(port.port),
+                                               reuse_port=False, backlog=4096)
+    handler = partial(serve_stream, engine_factory=engine_factory, supported=supported, registry=registry)
+    tg.start_soon(listener.serve, handler)
+    log.info("AMQP port '%s' listening on %s:%s (%s)", port.name, local_host or "*", port.port,
+             ", ".join(sorted(v.value for v in supported)))
+    return registry
+
+
+async def _main(system: Any) -> None:
+    broker = system.broker
+    alarm = MemoryAlarm(int(broker.memory_high_watermark))
+    registries: list[ConnectionRegistry] = []
+    async with anyio.create_task_group() as tg:
+        for port in broker.ports("AMQP"):
+            registries.append(await _serve_port(tg, broker, port, alarm))
+        for vhost in broker.virtual_hosts:
+            if getattr(vhost, "namespace", None) is not None:
+                tg.start_soon(_run_timers, vhost.namespace)
+        tg.start_soon(_watch_memory, alarm)
+        log.info("DeltaMQ %s ready", __version__)
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                log.info("received %s: shutting down", signal.Signals(signum).name)
+                break
+        for registry in registries:
+            await close_all(registry, "broker forced connection closure with reason 'shutdown'")
+        tg.cancel_scope.cancel()
+
+
+def _backend_options() -> dict[str, Any]:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return {}
+    return {"use_uvloop": True}
+
+
+def serve(config_path: str | None, context: dict[str, str], log_level: str = "INFO") -> int:
+    """Run the broker in the foreground until SIGINT/SIGTERM; return the exit code."""
+    from broker.model import load_system_config
+
+    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        system = load_system_config(config_path, context)
+    except errors.BrokerError as exc:
+        log.error("cannot start: %s", exc.text or exc)
+        return 2
+    try:
+        anyio.run(_main, system, backend="asyncio", backend_options=_backend_options())
+    except OSError as exc:
+        log.error("cannot start: %s", exc)
+        return 1
+    finally:
+        close = getattr(system, "close", None)
+        if close is not None:
+            close()
+    log.info("DeltaMQ stopped")
+    return 0
