@@ -24,6 +24,7 @@ import traceback
 from pathlib import Path
 
 from . import procutil
+from .amqp import AMQPError
 from .deltamq import DeltaMQ
 from .rabbitmq import RabbitMQ
 from .workloads import TITLES, Options, build, client_uses_uvloop, run, run_memory
@@ -117,7 +118,7 @@ def run_broker(broker, wids: list[int], opt: Options) -> dict:
             except Exception as e:  # noqa: BLE001 - record and go on with the next workload
                 msg = str(e) or repr(e)
                 log(f"    FAILED: {msg}")
-                if not isinstance(e, (RuntimeError, OSError, TimeoutError)):
+                if not isinstance(e, (RuntimeError, OSError, TimeoutError, AMQPError)):
                     log(traceback.format_exc())
                 res = {"workload": wid, "title": TITLES[wid], "error": msg}
             out["workloads"][str(wid)] = res
@@ -159,10 +160,6 @@ def rows(results: dict, wids: list[int]) -> list[list[str]]:
     for wid in wids:
         dw, rw = d.get(str(wid)), r.get(str(wid))
         name = f"{wid}. {TITLES[wid]}"
-        err = []
-        for who, w in (("DeltaMQ", dw), ("RabbitMQ", rw)):
-            if w and "error" in w:
-                err.append(f"{who} failed: {w['error'][:60]}")
         if wid == 6:
             dv = _get(dw, "overhead_bytes_per_message")
             rv = _get(rw, "overhead_bytes_per_message")
@@ -193,8 +190,22 @@ def rows(results: dict, wids: list[int]) -> list[list[str]]:
                 else:
                     verdict, target = "", ""
                 out.append(["", label, _fmt(dv, "ms"), _fmt(rv, "ms"), ratio, target, verdict])
-        for e in err:
-            out.append(["", e, "", "", "", "", ""])
+    return out
+
+
+def failures(results: dict, wids: list[int]) -> list[str]:
+    out = []
+    for b in BROKERS:
+        info = results["brokers"].get(b)
+        if not info:
+            continue
+        if "error" in info:
+            out.append(f"{b}: {info['error']}")
+        for wid in wids:
+            w = info.get("workloads", {}).get(str(wid))
+            if w and "error" in w:
+                first = w["error"].strip().splitlines()
+                out.append(f"{b} workload {wid} FAILED: {first[-1] if first else '?'}")
     return out
 
 
@@ -209,13 +220,16 @@ def cpu_rows(results: dict, wids: list[int]) -> list[list[str]]:
             t = _get(ws.get(str(wid)), "throughput")
             if not t:
                 continue
+            other = t["machine_busy_pct"] - t["client_cpu_pct"] - t["broker_cpu_pct"]
             out.append([b, str(wid), f"{t['client_cpu_pct']:.0f}%",
                         " + ".join(f"{x:.0f}%" for x in t["client_cpu_pct_per_process"]),
-                        f"{t['broker_cpu_pct']:.0f}%", f"{t['machine_busy_pct']:.0f}%"])
+                        f"{t['broker_cpu_pct']:.0f}%", f"{max(0.0, other):.0f}%",
+                        f"{t['machine_busy_pct']:.0f}% of {100 * results['meta']['cpus']}%"])
     return out
 
 
-CPU_HEAD = ["Broker", "W", "Client CPU", "per client process", "Broker CPU", "Machine busy"]
+CPU_HEAD = ["Broker", "W", "Client CPU", "per client process", "Broker CPU",
+            "Everything else (kernel, other jobs)", "Machine busy"]
 
 
 def text_table(head: list[str], rows_: list[list[str]]) -> str:
@@ -258,6 +272,16 @@ def header(results: dict) -> list[str]:
 def notes(results: dict) -> list[str]:
     out = []
     for b in BROKERS:
+        ws = results["brokers"].get(b, {}).get("workloads", {})
+        peaks = [(w["throughput"]["client_cpu_pct_max_process"], wid) for wid, w in ws.items()
+                 if "throughput" in w]
+        if peaks:
+            top, wid = max(peaks)
+            verdict = ("the load generator may be the bottleneck there (a process near a full core)"
+                       if top >= 85 else "no load-generator process near a full core: it is not the bottleneck")
+            out.append(f"load generator vs {b}: busiest client process used {top:.0f}% of a core "
+                       f"(workload {wid}); {verdict}")
+    for b in BROKERS:
         w6 = _get(results["brokers"].get(b), "workloads", "6")
         if w6 and "error" not in w6:
             qi = w6.get("broker_queue_info") or {}
@@ -278,7 +302,7 @@ def report(results: dict, wids: list[int], out_dir: Path) -> None:
     txt = "\n".join(header(results)) + "\n\n" + text_table(HEAD, main_rows)
     if cpu:
         txt += "\n\nCPU during the throughput window (100% = one core):\n" + text_table(CPU_HEAD, cpu)
-    n = notes(results)
+    n = notes(results) + failures(results, wids)
     if n:
         txt += "\n\n" + "\n".join(n)
     print("\n" + txt + "\n", flush=True)

@@ -43,13 +43,33 @@ class DeltaMQ:
         self.cmd: list[str] = []
         self.version = ""
 
+    def _prefix(self) -> tuple[list[str], dict[str, str]]:
+        """The command that runs ``deltamq``, and its environment.
+
+        The console script, as a user runs it.  Before ``make install`` has
+        created it, fall back to ``.venv/bin/python -m broker.cli`` from the
+        repository (same entry point, said in the log).
+        """
+        env = dict(os.environ)
+        if os.path.exists(self.exe):
+            return [self.exe], env
+        py = REPO / ".venv" / "bin" / "python"
+        if self.exe == str(DEFAULT_EXE) and py.exists() and (REPO / "broker" / "cli.py").exists():
+            env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+            return [str(py), "-m", "broker.cli"], env
+        return [], env
+
     def available(self) -> tuple[bool, str]:
         """(usable, why not): the console script exists and `serve --help` works."""
-        if not os.path.exists(self.exe):
+        prefix, env = self._prefix()
+        if not prefix:
             return False, f"{self.exe} does not exist (run `make install`)"
+        if prefix[0] != self.exe:
+            self.log(f"[deltamq] {self.exe} is not installed (`make install` creates it); "
+                     f"using {' '.join(prefix)}")
         try:
-            r = subprocess.run([self.exe, "serve", "--help"], capture_output=True, text=True,
-                               timeout=60, cwd=REPO)
+            r = subprocess.run(prefix + ["serve", "--help"], capture_output=True, text=True,
+                               timeout=60, cwd=REPO, env=env)
         except (OSError, subprocess.SubprocessError) as e:
             return False, f"`deltamq serve --help` failed: {e}"
         if r.returncode != 0:
@@ -78,12 +98,13 @@ class DeltaMQ:
             self.version = ""
         self.dir = tempfile.mkdtemp(prefix="deltamq-bench-data-")
         self.port = procutil.free_port(self.want_port or None, self.host)
-        self.cmd = [self.exe, "serve", "--amqp-port", str(self.port), "--data-dir",
-                    os.path.join(self.dir, "data")] + self._extra_args()
+        prefix, env = self._prefix()
+        self.cmd = prefix + ["serve", "--amqp-port", str(self.port), "--data-dir",
+                             os.path.join(self.dir, "data")] + self._extra_args()
         self.log(f"[deltamq] starting: {' '.join(self.cmd)}")
         out = open(os.path.join(self.dir, "deltamq.log"), "wb")
         self.proc = subprocess.Popen(self.cmd, cwd=self.dir, stdout=out, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+                                     stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         out.close()
         t0 = time.monotonic()
         if not procutil.wait_port(self.port, timeout, self.alive, self.host):

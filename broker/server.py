@@ -80,18 +80,35 @@ class BrokerHost:
         return vhost.namespace
 
     def connection_opened(self, connection: AmqpConnection) -> None:
-        register = getattr(self.port, "register_connection", None)
-        if register is not None:
-            register(connection)
+        """Make the connection a runtime child of its virtual host (visible to management)."""
+        vhost = self.broker.find_virtual_host(connection.virtual_host_name)
+        if vhost is None:
+            return
+        props = connection.client_properties
+        principal = connection.principal
+        connection.model = vhost.register_connection(
+            remote_address=f"{connection.remote_host}:{connection.remote_port}",
+            protocol=f"AMQP_{connection.version.value.replace('-', '_')}",
+            principal=principal.name if principal is not None else "",
+            port=self.port.name, transport="TCP",
+            client_id=_text(props.get("connection_name", "")),
+            client_product=_text(props.get("product", "")),
+            client_version=_text(props.get("version", "")),
+            closer=lambda reason: connection.close(errors.ConnectionForced(reason)))
 
     def connection_closed(self, connection: AmqpConnection) -> None:
-        unregister = getattr(self.port, "unregister_connection", None)
-        if unregister is not None:
-            unregister(connection)
+        model = getattr(connection, "model", None)
+        if model is not None:
+            model.unregister()
+            connection.model = None
 
     @property
     def memory_blocked(self) -> bool:
         return self.alarm.blocked
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 class MemoryAlarm:

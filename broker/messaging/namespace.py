@@ -83,7 +83,8 @@ class Namespace:
         """``clock`` (monotonic seconds) times TTL and expiry; ``wall_clock`` stamps x-death."""
         self.vhost_name = vhost_name
         self.listeners: list[NamespaceListener] = []
-        self._clock = clock
+        #: the broker clock (monotonic seconds): engines stamp Message.arrival with it
+        self.clock = clock
         self._wall_clock = wall_clock
         self._queues: dict[str, Queue] = {}
         self._timed: set[Queue] = set()
@@ -234,7 +235,7 @@ class Namespace:
             return existing, existing.message_count, existing.consumer_count
         queue = create_queue(name, vhost=self.vhost_name, durable=durable, auto_delete=auto_delete,
                              exclusive_owner=exclusive_owner, arguments=arguments,
-                             clock=self._clock, host=self)
+                             clock=self.clock, host=self)
         self._add_queue(queue)
         return queue, 0, 0
 
@@ -353,6 +354,45 @@ class Namespace:
         if source.auto_delete and not source.bindings and not source.deleted:
             self._delete_exchange(source)
 
+    def binding_status(self, exchange_name: str, queue_name: str = "",
+                       routing_key: str = "") -> tuple[int, str]:
+        """Answer Qpid's ``exchange.bound`` (0-8/0-9): ``(reply_code, reply_text)``.
+
+        Codes as Broker-J's ExchangeBoundOkBody: 0 bound, 1 exchange not found,
+        2 queue not found, 3 exchange has no bindings, 4 queue not bound to the
+        exchange, 5 no queue bound with the key, 6 the queue not bound with the
+        key.  Empty ``queue_name``/``routing_key`` mean "any".  The default
+        exchange counts every queue as bound by its own name.
+        """
+        queue = self._queues.get(queue_name) if queue_name else None
+        if queue_name and queue is None:
+            if exchange_name and exchange_name not in self._exchanges:
+                return 1, f"Exchange '{exchange_name}' not found"
+            return 2, f"Queue '{queue_name}' not found"
+        if not exchange_name:
+            if not routing_key:
+                return (0, "") if queue is not None or self._queues else (3, "")
+            if queue is None:
+                return (0, "") if routing_key in self._queues else (5, "")
+            return (0, "") if routing_key == queue_name else (6, "")
+        exchange = self._exchanges.get(exchange_name)
+        if exchange is None:
+            return 1, f"Exchange '{exchange_name}' not found"
+        if queue is None:
+            if not routing_key:
+                return (0, "") if exchange.bindings else (3, "")
+            if any(b.routing_key == routing_key for b in exchange.bindings.values()):
+                return 0, ""
+            return 5, f"No queue bound with routing key '{routing_key}' to exchange '{exchange_name}'"
+        if not routing_key:
+            if any(b.source is exchange for b in queue.bindings):
+                return 0, ""
+            return 4, f"Queue '{queue_name}' not bound to exchange '{exchange_name}'"
+        if any(b.source is exchange and b.routing_key == routing_key for b in queue.bindings):
+            return 0, ""
+        return 6, (f"Queue '{queue_name}' not bound with routing key '{routing_key}' "
+                   f"to exchange '{exchange_name}'")
+
     # -- routing ---------------------------------------------------------------------------
 
     def route(self, exchange_name: str, message: Message) -> list[Queue]:
@@ -423,7 +463,7 @@ class Namespace:
             return
         copy = dead_lettered(message, queue=queue.name, reason=reason,
                              wall_time=self._wall_clock(), exchange=name,
-                             routing_key=settings.dead_letter_routing_key, arrival=self._clock())
+                             routing_key=settings.dead_letter_routing_key, arrival=self.clock())
         for target in self._route_graph(exchange, copy):
             if not is_cycle(copy, target.name):
                 target.enqueue(copy)
@@ -514,7 +554,7 @@ class Namespace:
         self._add_queue(create_queue(
             name, vhost=self.vhost_name, durable=record.get("durable", True),
             auto_delete=record.get("auto_delete", False),
-            arguments=from_json_value(record.get("arguments") or {}), clock=self._clock, host=self))
+            arguments=from_json_value(record.get("arguments") or {}), clock=self.clock, host=self))
 
     def _restore_binding(self, record: Mapping[str, Any]) -> None:
         source = self._exchanges.get(record["source"])

@@ -123,7 +123,7 @@ class Queue:
     __slots__ = (
         "name", "vhost", "durable", "auto_delete", "exclusive_owner", "arguments", "settings",
         "bindings", "_clock", "_host", "_consumers", "_next_consumer", "_exclusive_consumer",
-        "_had_consumer", "_sac", "_ready", "_ready_bytes", "_unacked", "_dispatching",
+        "_sac", "_ready", "_ready_bytes", "_unacked", "_dispatching",
         "_deleted", "_timed", "_ttl", "_limited", "_last_used", "_fresh", "_returned", "_taken",
     )
 
@@ -147,7 +147,6 @@ class Queue:
         self._consumers: list[Consumer] = []
         self._next_consumer = 0
         self._exclusive_consumer = False
-        self._had_consumer = False
         self._sac = settings.single_active_consumer
         self._ready = 0
         self._ready_bytes = 0
@@ -271,7 +270,6 @@ class Queue:
             raise AccessRefused(f"queue '{self.name}' in vhost '{self.vhost}' in exclusive use")
         self._consumers.append(consumer)
         self._exclusive_consumer = exclusive
-        self._had_consumer = True
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """Unregister ``consumer`` (its unacked entries stay acquired until the engine releases them).

@@ -311,7 +311,7 @@ class ConfiguredObject:
         if not isinstance(raw_name, str) or not raw_name:
             raise ConfigurationError(f"{child.category} under {self.label}: attribute 'name'"
                                      " is mandatory")
-        name = child.resolve(raw_name)
+        name = child.resolve(raw_name) if child.resolves_context else raw_name
         members = self._children[child.category]
         if name in members and members[name] is not child:
             raise ConfigurationError(f"{self.label} already has a {child.category} named '{name}'")

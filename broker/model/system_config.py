@@ -184,6 +184,10 @@ def default_configuration_text() -> str:
     """conf/config.json, through the package's link to it (see module docstring)."""
     packaged = resources.files("broker.model").joinpath(DEFAULT_CONFIG_RESOURCE)
     try:
-        return packaged.read_text(encoding="utf-8")
+        text = packaged.read_text(encoding="utf-8")
     except OSError:
-        return REPOSITORY_CONFIG.read_text(encoding="utf-8")
+        text = ""
+    if text.lstrip().startswith("{"):
+        return text
+    # A checkout without symbolic links holds the link's target path as text.
+    return REPOSITORY_CONFIG.read_text(encoding="utf-8")

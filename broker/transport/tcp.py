@@ -114,6 +114,8 @@ async def _drive(stream: ByteStream, engine: Any, initial: bytes) -> None:
                 return
             clock["received"] = time.monotonic()
             engine.receive_data(data)
+            if engine.authentication is not None:
+                await _authenticate(engine)
         wakeup.set()
 
     async def heartbeat(tg: TaskGroup) -> None:
@@ -145,6 +147,16 @@ async def _drive(stream: ByteStream, engine: Any, initial: bytes) -> None:
             await reader(tg)
     except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
         pass
+
+
+async def _authenticate(engine: Any) -> None:
+    """Run the engine's credential check in a worker thread (salted hashes are slow by design)."""
+    try:
+        principal = await anyio.to_thread.run_sync(engine.authentication)
+    except Exception as exc:
+        engine.authentication_done(None, exc)
+    else:
+        engine.authentication_done(principal)
 
 
 async def close_all(registry: ConnectionRegistry, reason: str) -> None:

@@ -193,6 +193,7 @@ def test_delete_reports_message_count(conn: pika.BlockingConnection) -> None:
     ch = conn.channel()
     q = unique("q.delete")
     ch.queue_declare(q)
+    ch.confirm_delivery()
     for _ in range(3):
         ch.basic_publish("", q, b"x")
     assert ch.queue_delete(q).method.message_count == 3
@@ -215,12 +216,13 @@ def test_delete_if_unused_and_if_empty(conn: pika.BlockingConnection) -> None:
 
     q2 = unique("q.ifempty")
     ch.queue_declare(q2)
+    ch.confirm_delivery()
     ch.basic_publish("", q2, b"not empty")
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
         ch.queue_delete(q2, if_empty=True)
     assert info.value.reply_code == 406
     ch = conn.channel()
-    assert ch.queue_declare(q2, passive=True).method.message_count == 1
+    eventually(lambda: ch.queue_declare(q2, passive=True).method.message_count == 1)
     assert ch.basic_get(q2, auto_ack=True)[2] == b"not empty"
     assert ch.queue_delete(q2, if_empty=True).method.message_count == 0
     consumer.close()

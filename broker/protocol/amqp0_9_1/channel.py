@@ -197,7 +197,7 @@ class Channel:
         self.connection.messages_received += 1
         try:
             message = Message(exchange=publish.exchange, routing_key=publish.routing_key, body=body,
-                              properties=props, encoded_properties=encoded, codec=CODEC, arrival=ns.clock())
+                              properties=props, encoded_properties=encoded, codec=CODEC, arrival=ns.clock())  # the namespace's clock: engines have none
             queues = ns.route(publish.exchange, message)
         except errors.BrokerError as exc:
             if exc.hard:
@@ -213,8 +213,7 @@ class Channel:
             self._confirm(True)
             return
         if self.mode is Mode.TX:
-            assert isinstance(self.tx, LocalTransaction)
-            self.tx.enqueue(queues, message)
+            self.tx.enqueue(message, queues)
             return
         accepted = True
         for queue in queues:
@@ -369,17 +368,37 @@ class Channel:
         return taken
 
     def _basic_ack(self, method: m.BasicAck) -> None:
-        for entry, _sub in self._take(method.delivery_tag, method.multiple):
+        taken = self._take_for_settlement(method.delivery_tag, method.multiple)
+        for entry, _sub in taken.values():
             self.tx.settle(entry)
 
+    def _take_for_settlement(self, delivery_tag: int, multiple: bool
+                             ) -> dict[int, tuple[QueueEntry, Subscription | None]]:
+        """Take deliveries off the unacked map; in a transaction, rollback puts them back."""
+        before = set(self.unacked) if self.mode is Mode.TX else None
+        taken_list = self._take(delivery_tag, multiple)
+        if before is None:
+            return dict(enumerate(taken_list))
+        taken = {tag: item for tag, item in zip(sorted(before - set(self.unacked)), taken_list)}
+        self.tx.add_rollback_action(lambda: self._restore_unacked(taken))
+        return taken
+
+    def _restore_unacked(self, taken: dict[int, tuple[QueueEntry, Subscription | None]]) -> None:
+        merged = {**self.unacked, **taken}
+        self.unacked = {tag: merged[tag] for tag in sorted(merged)}
+        for entry, sub in taken.values():
+            self.unacked_bytes += entry.message.body_size
+            if sub is not None:
+                sub.unacked += 1
+
     def _basic_reject(self, method: m.BasicReject) -> None:
-        self._settle_negatively(self._take(method.delivery_tag, False), method.requeue)
+        self._settle_negatively(self._take_for_settlement(method.delivery_tag, False), method.requeue)
 
     def _basic_nack(self, method: m.BasicNack) -> None:
-        self._settle_negatively(self._take(method.delivery_tag, method.multiple), method.requeue)
+        self._settle_negatively(self._take_for_settlement(method.delivery_tag, method.multiple), method.requeue)
 
-    def _settle_negatively(self, taken: list[tuple[QueueEntry, Subscription | None]], requeue: bool) -> None:
-        for entry, _sub in taken:
+    def _settle_negatively(self, taken: dict[int, tuple[QueueEntry, Subscription | None]], requeue: bool) -> None:
+        for entry, _sub in taken.values():
             if requeue:
                 self.tx.release(entry)
             else:

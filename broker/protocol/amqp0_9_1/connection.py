@@ -40,6 +40,7 @@ _METHOD_ID = struct.Struct(">I")
 
 class State(enum.Enum):
     AWAITING_START_OK = "awaiting connection.start-ok"
+    AUTHENTICATING = "authenticating"      # the transport is verifying credentials
     AWAITING_TUNE_OK = "awaiting connection.tune-ok"
     AWAITING_OPEN = "awaiting connection.open"
     OPEN = "open"
@@ -78,6 +79,10 @@ CAPABILITIES = {
 WRITE_BUFFER_LIMIT = 1 << 20     # stop deliveries when this much output is queued
 
 
+class _Desynchronised(errors.FrameError):
+    """A framing error after which the byte stream cannot be followed any more."""
+
+
 def method_ids(method: m.Method, version: AmqpVersion) -> tuple[int, int]:
     table = {AmqpVersion.V0_8: m.IDS_0_8, AmqpVersion.V0_9: m.IDS_0_9}.get(version, m.IDS_0_9_1)
     return table.get(type(method), (0, 0))
@@ -106,7 +111,9 @@ class AmqpConnection:
         self.closed = False                  # transport closes once output is flushed
         self.close_reason = ""
         self.principal: Principal | None = None
+        self.authentication: Callable[[], Principal] | None = None   # work for a worker thread
         self.namespace: Any = None
+        self.model: Any = None             # the runtime Connection object in the model tree
         self.virtual_host_name = ""
         self.client_properties: dict[str, Any] = {}
         self.client_capabilities: dict[str, Any] = {}
@@ -143,21 +150,26 @@ class AmqpConnection:
         o = 0
         limit = self._frame_limit
         try:
-            while n - o >= 7:
+            while n - o >= 7 and self.state is not State.AUTHENTICATING:
                 ftype, channel, size = _FRAME_HEADER.unpack_from(buf, o)
                 if size > limit - 8:
-                    raise errors.FrameError(
+                    raise _Desynchronised(
                         f"frame of {size + 8} bytes exceeds the negotiated frame_max of {limit}")
                 end = o + 7 + size
                 if end >= n:
                     break
                 if buf[end] != FRAME_END:
-                    raise errors.FrameError(f"frame-end octet is 0x{buf[end]:02x}, expected 0xce")
+                    raise _Desynchronised(f"frame-end octet is 0x{buf[end]:02x}, expected 0xce")
                 payload = buf[o + 7:end]
                 o = end + 1
                 self._frame(ftype, channel, payload)
                 if self.state is State.CLOSED:
                     break
+        except _Desynchronised as exc:
+            # Framing is lost: nothing after this point can be parsed, so there is
+            # no close-ok to wait for.  Say why, then drop the connection.
+            self._connection_error(exc)
+            self._finish()
         except errors.BrokerError as exc:
             self._connection_error(exc)
         except Exception as exc:  # a bug must not take the broker down with it
@@ -370,16 +382,30 @@ class AmqpConnection:
         if mechanism not in self.host.sasl_mechanisms(self.remote_host):
             self._refuse_login(f"unsupported authentication mechanism '{mechanism}'")
             return
-        try:
-            self.principal = self._authenticate(mechanism, method.response)
-        except errors.ConnectionAccessRefused as exc:
-            log.info("login refused for %s: %s", self.remote_host, exc.text)
-            self._refuse_login(exc.text)
+        # Verifying a salted hash is deliberately slow: the transport runs this
+        # in a worker thread and reports back through authentication_done().
+        response = method.response
+        self.state = State.AUTHENTICATING
+        self.authentication = lambda: self._authenticate(mechanism, response)
+
+    def authentication_done(self, principal: Principal | None, error: BaseException | None = None) -> None:
+        """The transport ran :attr:`authentication`; continue the handshake (spec 4.2.2)."""
+        self.authentication = None
+        if self.state is not State.AUTHENTICATING:
             return
+        if error is not None or principal is None:
+            text = error.text if isinstance(error, errors.BrokerError) else f"authentication failed: {error!r}"
+            log.info("login refused for %s: %s", self.remote_host, text)
+            self._refuse_login(text)
+            self._after_input()
+            return
+        self.principal = principal
         self.state = State.AWAITING_TUNE_OK
         self.send_method(0, m.ConnectionTune(
             channel_max=self.host.channel_max, frame_max=self.host.frame_max,
             heartbeat=self.host.heartbeat))
+        if self._rest:                      # frames the client sent without waiting
+            self.receive_data(b"")
 
     def _authenticate(self, mechanism: str, response: bytes) -> Principal:
         host = self.host
@@ -440,7 +466,7 @@ class AmqpConnection:
             return
         log.info("closing connection %s from %s: %s", self.id, self.remote_host, exc.reply_text)
         self.close_reason = exc.reply_text
-        if self.state in (State.AWAITING_START_OK, State.AWAITING_TUNE_OK):
+        if self.state in (State.AWAITING_START_OK, State.AUTHENTICATING, State.AWAITING_TUNE_OK):
             # before tune the peer may not understand connection.close: just go
             self.send_method(0, m.ConnectionClose(reply_code=exc.reply_code, reply_text=exc.reply_text[:255],
                                                   class_id=class_id, method_id=method_id))

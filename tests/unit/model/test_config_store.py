@@ -14,9 +14,10 @@ from tests.unit.model.conftest import Loader, minimal_config
 def test_memory_store_round_trip_copies_records() -> None:
     store = MemoryConfigurationStore()
     store.open()
-    attributes = {"name": "p", "protocols": ["AMQP_1_0"]}
+    protocols = ["AMQP_1_0"]
+    attributes = {"name": "p", "protocols": protocols}
     store.save([ConfigurationRecord("1", "Port", None, attributes)])
-    attributes["protocols"].append("AMQP_0_9_1")  # the caller's later change is not stored
+    protocols.append("AMQP_0_9_1")  # the caller's later change is not stored
     [record] = store.recover()
     assert record == ConfigurationRecord("1", "Port", None, {"name": "p",
                                                               "protocols": ["AMQP_1_0"]})

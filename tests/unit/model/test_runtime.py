@@ -74,6 +74,10 @@ def test_client_strings_are_not_context_references(vhost: VirtualHost) -> None:
                                            client_id="${undefined.variable}")
     assert connection.client_product == "${deltamq.data_dir}"
     assert connection.client_id == "${undefined.variable}"
+    session = connection.register_session(1)
+    consumer = session.register_consumer("${undefined.tag}", queue="${q}")
+    assert consumer.name == "${undefined.tag}" and consumer.queue == "${q}"
+    assert session.consumers == [consumer]
 
 
 def test_names_are_unique_per_parent(vhost: VirtualHost) -> None:

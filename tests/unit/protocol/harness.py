@@ -102,6 +102,14 @@ class Client:
     # -- sending ----------------------------------------------------------------
     def raw(self, data: bytes) -> None:
         self.server.receive_data(data)
+        auth = self.server.authentication
+        if auth is not None:                  # the transport would run this in a thread
+            try:
+                principal = auth()
+            except Exception as exc:
+                self.server.authentication_done(None, exc)
+            else:
+                self.server.authentication_done(principal)
         self._read()
 
     def encode(self, channel: int, method: m.Method) -> bytes:
