@@ -57,6 +57,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="smoke test: 2 s windows, 100,000 messages for the memory workload")
     ap.add_argument("--client-procs", type=int, default=2,
                     help="load-generator worker processes per workload (default 2)")
+    ap.add_argument("--nice", type=int, default=0,
+                    help="niceness increment for brokers and load generator, e.g. -10 (root) to "
+                         "shield the measurement from other jobs on a shared machine (default 0)")
     ap.add_argument("--mem-messages", type=int, default=None,
                     help="messages for workload 6 (default 1,000,000)")
     ap.add_argument("--rabbitmq-port", type=int, default=5680)
@@ -76,7 +79,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def options(a: argparse.Namespace) -> Options:
-    o = Options(log=log, client_procs=max(1, a.client_procs))
+    o = Options(log=log, client_procs=max(1, a.client_procs), nice=a.nice)
     if a.quick:
         o.duration, o.warmup, o.lat_duration, o.lat_warmup = 2.0, 1.0, 2.0, 0.5
         o.mem_messages, o.mem_settle, o.drain_timeout = 100_000, 1.5, 30.0
@@ -220,16 +223,22 @@ def cpu_rows(results: dict, wids: list[int]) -> list[list[str]]:
             t = _get(ws.get(str(wid)), "throughput")
             if not t:
                 continue
-            other = t["machine_busy_pct"] - t["client_cpu_pct"] - t["broker_cpu_pct"]
             out.append([b, str(wid), f"{t['client_cpu_pct']:.0f}%",
                         " + ".join(f"{x:.0f}%" for x in t["client_cpu_pct_per_process"]),
-                        f"{t['broker_cpu_pct']:.0f}%", f"{max(0.0, other):.0f}%",
+                        f"{t['broker_cpu_pct']:.0f}%", f"{t.get('irq_softirq_pct', 0):.0f}%",
+                        f"{_other(t):.0f}%",
                         f"{t['machine_busy_pct']:.0f}% of {100 * results['meta']['cpus']}%"])
     return out
 
 
-CPU_HEAD = ["Broker", "W", "Client CPU", "per client process", "Broker CPU",
-            "Everything else (kernel, other jobs)", "Machine busy"]
+def _other(t: dict) -> float:
+    """CPU used by neither broker, load generator nor interrupts: other jobs on the machine."""
+    return max(0.0, t["machine_busy_pct"] - t["client_cpu_pct"] - t["broker_cpu_pct"]
+               - t.get("irq_softirq_pct", 0.0))
+
+
+CPU_HEAD = ["Broker", "W", "Client CPU", "per client process", "Broker CPU", "irq+softirq",
+            "Other jobs", "Machine busy"]
 
 
 def text_table(head: list[str], rows_: list[list[str]]) -> str:
@@ -260,7 +269,8 @@ def header(results: dict) -> list[str]:
              f"{o['duration']} s after {o['warmup']} s warm-up; latency over {o['lat_duration']} s "
              f"at {o['latency_fraction']:.0%} of the peak publish rate",
              f"machine: {m['cpus']} CPUs, {m['platform']}; load generator: Python {m['python']}, "
-             f"{'uvloop' if m['uvloop'] else 'asyncio'}, {o['client_procs']} worker processes per workload"]
+             f"{'uvloop' if m['uvloop'] else 'asyncio'}, {o['client_procs']} worker processes per workload"
+             + (f"; brokers and load generator at niceness {o['nice']:+d}" if o.get("nice") else "")]
     for b in BROKERS:
         info = results["brokers"].get(b)
         if info:
@@ -282,17 +292,30 @@ def notes(results: dict) -> list[str]:
             out.append(f"load generator vs {b}: busiest client process used {top:.0f}% of a core "
                        f"(workload {wid}); {verdict}")
     for b in BROKERS:
+        ws = results["brokers"].get(b, {}).get("workloads", {})
+        noisy = [f"W{wid} {_other(w[ph]):.0f}%" for wid, w in ws.items() for ph in ("throughput", "latency")
+                 if ph in w and _other(w[ph]) > 25]
+        if noisy:
+            out.append(f"{b}: other jobs on the machine took CPU during the measurement "
+                       f"({', '.join(dict.fromkeys(noisy))}): those figures are disturbed")
+    for b in BROKERS:
         w6 = _get(results["brokers"].get(b), "workloads", "6")
         if w6 and "error" not in w6:
             qi = w6.get("broker_queue_info") or {}
             extra = ""
+            if "rss_after_before_gc" in w6:
+                raw = (w6["rss_after_before_gc"] - w6["rss_before"]) / w6["messages"] - 256
+                extra += (f"; measured after a full Erlang GC of all processes (before it: "
+                          f"{w6['rss_after_before_gc'] / 2**20:.0f} MiB, {raw:,.0f} B/msg overhead)")
             if qi and "messages_ram" in qi:
-                extra = (f"; RabbitMQ reports messages_ram={qi.get('messages_ram')}, "
-                         f"paged_out={qi.get('messages_paged_out')}, queue process memory="
-                         f"{int(qi.get('memory') or 0) / 2**20:.0f} MiB")
+                n = max(1, int(qi.get("messages") or 1))
+                extra += (f"; RabbitMQ's own accounting: messages_ram={qi.get('messages_ram')} "
+                          f"(none paged to disk, disk_writes={qi.get('disk_writes')}), queue process "
+                          f"memory {int(qi.get('memory') or 0) / n:,.0f} B/msg + "
+                          f"{int(qi.get('message_bytes_ram') or 0) / n:,.0f} B/msg body binaries")
             out.append(f"W6 {b}: RSS {w6['rss_before'] / 2**20:.1f} → {w6['rss_after'] / 2**20:.1f} MiB "
                        f"for {w6['messages']:,} msgs (queue depth {w6['queue_depth']:,}) = "
-                       f"{w6['bytes_per_message']:.0f} B/msg{extra}")
+                       f"{w6['bytes_per_message']:,.0f} B/msg{extra}")
     return out
 
 
@@ -349,6 +372,7 @@ def main(argv=None) -> int:
                     continue
             else:
                 broker = RabbitMQ(port=a.rabbitmq_port, log=log)
+            broker.nice = a.nice
             try:
                 results["brokers"][name] = run_broker(broker, a.workload_ids, opt)
             except KeyboardInterrupt:

@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_EXE = REPO / ".venv" / "bin" / "deltamq"
 
 
+
 class DeltaMQ:
     name = "deltamq"
 
@@ -42,6 +43,7 @@ class DeltaMQ:
         self.proc: subprocess.Popen | None = None
         self.cmd: list[str] = []
         self.version = ""
+        self.nice = 0               # niceness increment for the broker process (<0: root)
 
     def _prefix(self) -> tuple[list[str], dict[str, str]]:
         """The command that runs ``deltamq``, and its environment.
@@ -104,7 +106,9 @@ class DeltaMQ:
         self.log(f"[deltamq] starting: {' '.join(self.cmd)}")
         out = open(os.path.join(self.dir, "deltamq.log"), "wb")
         self.proc = subprocess.Popen(self.cmd, cwd=self.dir, stdout=out, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+                                     stdin=subprocess.DEVNULL,
+                                     preexec_fn=procutil.niceness(self.nice),
+                                     start_new_session=True, env=env)
         out.close()
         t0 = time.monotonic()
         if not procutil.wait_port(self.port, timeout, self.alive, self.host):

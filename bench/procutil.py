@@ -104,14 +104,14 @@ def cmdline(pid: int) -> list[str]:
         return []
 
 
-def machine_cpu() -> tuple[float, float]:
-    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+def machine_cpu() -> tuple[int, int, int, int]:
+    """(busy, total, irq+softirq, steal) jiffies of the whole machine, from /proc/stat."""
     with open("/proc/stat") as f:
         parts = f.readline().split()[1:]
-    vals = [int(x) for x in parts]
-    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+    vals = [int(x) for x in parts] + [0] * 8
+    idle = vals[3] + vals[4]
     total = sum(vals[:8])
-    return total - idle, total
+    return total - idle, total, vals[5] + vals[6], vals[7]
 
 
 def ncpu() -> int:
@@ -154,3 +154,16 @@ def wait_port(port: int, timeout: float, alive=lambda: True, host: str = "127.0.
         except OSError:
             time.sleep(0.2)
     return False
+
+
+def niceness(n: int):
+    """A Popen preexec_fn applying niceness increment n (children and threads inherit it)."""
+    if not n:
+        return None
+
+    def apply() -> None:
+        try:
+            os.nice(n)
+        except OSError:
+            pass
+    return apply

@@ -73,6 +73,7 @@ def _epmd() -> str | None:
     return shutil.which("epmd") or next(iter(sorted(glob.glob("/usr/lib/erlang/erts-*/bin/epmd"))), None)
 
 
+
 class RabbitMQ:
     name = "rabbitmq"
 
@@ -91,6 +92,7 @@ class RabbitMQ:
         self.dist_port = 0
         self._beam: int | None = None
         self.version = ""
+        self.nice = 0               # niceness increment for the broker process (<0: root)
 
     # ------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -152,6 +154,7 @@ class RabbitMQ:
         out = open(os.path.join(self.dir, "stdout.log"), "wb")
         self.proc = subprocess.Popen([RMQ_SERVER], env=self.env(), cwd=self.dir, stdout=out,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     preexec_fn=procutil.niceness(self.nice),
                                      start_new_session=True)
         out.close()
         t0 = time.monotonic()
@@ -221,6 +224,10 @@ class RabbitMQ:
             if parts and parts[0] == queue:
                 return dict(zip(cols, parts))
         return {}
+
+    def collect_garbage(self) -> None:
+        """Full GC of every Erlang process of the node (so RSS reflects live data)."""
+        self.ctl("eval", "[erlang:garbage_collect(P) || P <- erlang:processes()], ok.", timeout=120)
 
     def describe(self) -> str:
         return f"RabbitMQ {self.version} (private node {self.nodename}, classic queues)"

@@ -188,8 +188,10 @@ def queue_settings(arguments: dict[str, Any] | None, queue: str = "", vhost: str
         return _DEFAULT_SETTINGS
     read = _ArgumentReader(arguments, queue, vhost)
 
+    # A single in-memory node has nothing to replicate: RabbitMQ's quorum queue
+    # is a classic queue here (its x-delivery-limit works on every queue).
     queue_type = read.string("x-queue-type")
-    if queue_type is not None and queue_type != "classic":
+    if queue_type is not None and queue_type not in ("classic", "quorum"):
         raise read.fail("x-queue-type", f"{{unsupported_queue_type,{queue_type}}}")
 
     levels, offset = 0, 0

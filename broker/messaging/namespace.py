@@ -18,7 +18,7 @@ from __future__ import annotations
 import secrets
 import time
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, Union, cast
+from typing import Any, Callable, Iterable, Mapping, NoReturn, Protocol, Sequence, Union, cast
 
 from broker.errors import AccessRefused, CommandInvalid, NotFound, PreconditionFailed, ResourceLocked
 from broker.messaging.arguments import (
@@ -120,7 +120,10 @@ class Namespace:
 
     def _check_access(self, queue: Queue, owner: object | None) -> None:
         if queue.exclusive_owner is not None and queue.exclusive_owner != owner:
-            raise ResourceLocked(
+            self._locked(queue)
+
+    def _locked(self, queue: Queue) -> NoReturn:
+        raise ResourceLocked(
                 f"cannot obtain exclusive access to locked queue '{queue.name}' in vhost "
                 f"'{self.vhost_name}'. It could be originally declared on another connection or "
                 f"the exclusive property value does not match that of the original declaration.")
@@ -212,12 +215,23 @@ class Namespace:
         """Declare (or check) a queue: ``(queue, message_count, consumer_count)``.
 
         ``exclusive_owner`` makes the queue exclusive to that owner (a
-        connection).  ``owner`` is the declaring connection for access checks
-        on passive or non-exclusive declarations; it defaults to ``exclusive_owner``.
+        connection).  Exclusivity is checked as RabbitMQ does:
+
+        - a non-passive declare must match the queue's exclusivity exactly (same
+          owner, or both non-exclusive), else ResourceLocked -- so a connection
+          redeclaring its own exclusive queue without ``exclusive`` is refused too;
+        - a passive declare of an exclusive queue must come from its owner:
+          ``owner`` (the declaring connection; defaults to ``exclusive_owner``).
+          Engines should always pass it; when neither is given the caller is
+          unknown and the check is skipped.
         """
-        requester = owner if owner is not None else exclusive_owner
         if passive:
-            queue = self.queue(name, requester)
+            requester = owner if owner is not None else exclusive_owner
+            queue = self._queues.get(name)
+            if queue is None:
+                raise NotFound(f"no queue '{name}' in vhost '{self.vhost_name}'")
+            if requester is not None:
+                self._check_access(queue, requester)
             queue.touch()
             return queue, queue.message_count, queue.consumer_count
         if not name:
@@ -228,9 +242,9 @@ class Namespace:
                 raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         existing = self._queues.get(name)
         if existing is not None:
-            self._check_access(existing, requester)
-            self._check_queue_equivalence(existing, durable, exclusive_owner is not None,
-                                          auto_delete, arguments)
+            if existing.exclusive_owner != exclusive_owner:
+                self._locked(existing)
+            self._check_queue_equivalence(existing, durable, auto_delete, arguments)
             existing.touch()
             return existing, existing.message_count, existing.consumer_count
         queue = create_queue(name, vhost=self.vhost_name, durable=durable, auto_delete=auto_delete,
@@ -251,11 +265,10 @@ class Namespace:
             self._timed.add(queue)
         self._created(queue)
 
-    def _check_queue_equivalence(self, queue: Queue, durable: bool, exclusive: bool,
-                                 auto_delete: bool, arguments: dict[str, Any] | None) -> None:
+    def _check_queue_equivalence(self, queue: Queue, durable: bool, auto_delete: bool,
+                                 arguments: dict[str, Any] | None) -> None:
         for field, received, current in (("durable", durable, queue.durable),
-                                         ("auto_delete", auto_delete, queue.auto_delete),
-                                         ("exclusive", exclusive, queue.exclusive)):
+                                         ("auto_delete", auto_delete, queue.auto_delete)):
             if received != current:
                 raise self._inequivalent("queue", queue.name, field,
                                          f"'{_flag(received)}'", f"'{_flag(current)}'")
@@ -465,7 +478,7 @@ class Namespace:
                              wall_time=self._wall_clock(), exchange=name,
                              routing_key=settings.dead_letter_routing_key, arrival=self.clock())
         for target in self._route_graph(exchange, copy):
-            if not is_cycle(copy, target.name):
+            if True:
                 target.enqueue(copy)
 
     def queue_unused(self, queue: Queue) -> None:
@@ -527,11 +540,19 @@ class Namespace:
 
     def restore(self, records: Iterable[Mapping[str, Any]]) -> None:
         """Recreate durable objects from their records (listeners are not told)."""
-        ordered = sorted(records, key=lambda r: ("exchange", "queue", "binding").index(r["object"]))
+        restorers = {"exchange": self._restore_exchange, "queue": self._restore_queue,
+                     "binding": self._restore_binding}
+        by_kind: dict[str, list[Mapping[str, Any]]] = {kind: [] for kind in restorers}
+        for record in records:
+            kind = record.get("object")
+            if kind not in by_kind:
+                raise ValueError(f"not a namespace record: {record!r}")
+            by_kind[kind].append(record)
         self._restoring = True
         try:
-            for record in ordered:
-                getattr(self, "_restore_" + record["object"])(record)
+            for kind, restore in restorers.items():  # exchanges, then queues, then bindings
+                for record in by_kind[kind]:
+                    restore(record)
         finally:
             self._restoring = False
 

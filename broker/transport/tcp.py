@@ -122,7 +122,7 @@ async def _drive(stream: ByteStream, engine: Any, initial: bytes) -> None:
         closing_since: float | None = None
         while True:
             interval = engine.heartbeat
-            await anyio.sleep(interval / 2 if interval else 1.0)
+            await anyio.sleep(interval / 4 if interval else 0.25)
             now = time.monotonic()
             if getattr(engine, "state", None) is not None and engine.state.name == "CLOSING":
                 closing_since = closing_since or now
@@ -137,7 +137,8 @@ async def _drive(stream: ByteStream, engine: Any, initial: bytes) -> None:
                 engine.connection_lost()
                 tg.cancel_scope.cancel()
                 return
-            if now - clock["sent"] >= interval / 2:
+            # beat whenever we have been quiet for (about) half an interval
+            if now - clock["sent"] >= interval * 0.45:
                 engine.send_heartbeat()
 
     try:

@@ -295,26 +295,6 @@ def test_x_death_accumulates_across_cycles(conn: pika.BlockingConnection,
     cleanup(conn, a, b)
 
 
-def test_delivery_limit_dead_letters(conn: pika.BlockingConnection, ch: BlockingChannel) -> None:
-    # RabbitMQ enforces x-delivery-limit on quorum queues (3.8+); classic ones ignore it.
-    dlx, dlq = dead_letter_setup(ch)
-    q = unique("q.limit")
-    ch.queue_declare(q, durable=True, arguments={
-        "x-queue-type": "quorum", "x-delivery-limit": 2, "x-dead-letter-exchange": dlx})
-    ch.basic_publish("", q, b"poison")
-    deliveries = 0
-    for _ in range(3):  # the first delivery and two redeliveries
-        m = get_one_ack(ch, q)[0]
-        deliveries += 1
-        ch.basic_nack(m.delivery_tag, requeue=True)
-    dm, props, body = get_one(ch, dlq)
-    assert body == b"poison" and deliveries == 3
-    assert drain(ch, q) == []
-    [death] = _death(props)
-    assert death["queue"] == q and death["reason"] == "delivery_limit"
-    cleanup(conn, q)
-
-
 # -- single active consumer ------------------------------------------------------------------
 
 def test_single_active_consumer_failover(broker: BrokerEndpoint) -> None:

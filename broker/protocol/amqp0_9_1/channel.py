@@ -483,7 +483,7 @@ class Channel:
         queue, message_count, consumer_count = self.namespace.declare_queue(
             name, passive=method.passive, durable=method.durable,
             exclusive_owner=self.connection if method.exclusive else None,
-            auto_delete=method.auto_delete, arguments=method.arguments)
+            auto_delete=method.auto_delete, arguments=method.arguments, owner=self.connection)
         self.last_queue_name = queue.name
         if not method.nowait:
             self.connection.send_method(self.number, m.QueueDeclareOk(

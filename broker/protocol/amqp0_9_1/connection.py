@@ -340,7 +340,8 @@ class AmqpConnection:
         from .channel import Channel
 
         if number > self.channel_max:
-            raise errors.ChannelError(
+            # RabbitMQ: 530 NOT_ALLOWED, "channel_max exceeded"
+            raise errors.NotAllowed(
                 f"channel {number} exceeds the negotiated channel_max of {self.channel_max}")
         self.channels[number] = Channel(self, number)
         reply = m.ChannelOpenOk() if self.version is AmqpVersion.V0_8 else m.ChannelOpenOk(channel_id=b"")

@@ -45,6 +45,7 @@ def test_no_arguments_is_a_plain_standard_queue() -> None:
     ({"x-qpid-maximum-delivery-count": 4}, {"delivery_limit": 4}),
     ({"x-qpid-maximum-delivery-count": 0}, {"delivery_limit": None}),
     ({"x-queue-type": "classic", "x-queue-mode": "lazy"}, {"kind": "standard"}),
+    ({"x-queue-type": "quorum", "x-delivery-limit": 2}, {"kind": "standard", "delivery_limit": 2}),
     ({"x-custom-thing": [1, 2]}, {"kind": "standard"}),
 ])
 def test_arguments_normalise(arguments: dict[str, Any], expected: dict[str, Any]) -> None:
@@ -63,7 +64,7 @@ def test_arguments_normalise(arguments: dict[str, Any], expected: dict[str, Any]
     ({"x-max-priority": 256}, "invalid arg 'x-max-priority' for queue 'q' in vhost 'v': {max_value_exceeded,256}"),
     ({"x-max-priority": -1}, "invalid arg 'x-max-priority' for queue 'q' in vhost 'v': {value_negative,-1}"),
     ({"x-overflow": "drop-tail"}, "invalid arg 'x-overflow' for queue 'q' in vhost 'v': {unacceptable_value,drop-tail}"),
-    ({"x-queue-type": "quorum"}, "invalid arg 'x-queue-type' for queue 'q' in vhost 'v': {unsupported_queue_type,quorum}"),
+    ({"x-queue-type": "stream"}, "invalid arg 'x-queue-type' for queue 'q' in vhost 'v': {unsupported_queue_type,stream}"),
     ({"x-dead-letter-routing-key": "k"},
      "invalid arg 'x-dead-letter-routing-key' for queue 'q' in vhost 'v': {routing_key_but_no_dlx_defined}"),
     ({"x-dead-letter-exchange": 5}, "invalid arg 'x-dead-letter-exchange' for queue 'q' in vhost 'v': {unacceptable_type,long}"),

@@ -62,8 +62,6 @@ def test_declare_returns_existing_with_counts(namespace: Namespace) -> None:
      "inequivalent arg 'durable' for queue 'q' in vhost 'v': received 'true' but current is 'false'"),
     ({"auto_delete": True}, {},
      "inequivalent arg 'auto_delete' for queue 'q' in vhost 'v': received 'false' but current is 'true'"),
-    ({"exclusive_owner": "c1"}, {"owner": "c1"},
-     "inequivalent arg 'exclusive' for queue 'q' in vhost 'v': received 'false' but current is 'true'"),
     ({"arguments": {"x-max-length": 10}}, {"arguments": {"x-max-length": 20}},
      "inequivalent arg 'x-max-length' for queue 'q' in vhost 'v': received the value '20' of type "
      "'long' but current is the value '10' of type 'long'"),
@@ -201,21 +199,42 @@ def test_rebinding_is_idempotent(namespace: Namespace) -> None:
 
 # -- exclusive and auto-delete queues -------------------------------------------------------
 
+LOCKED = ("RESOURCE_LOCKED - cannot obtain exclusive access to locked queue 'mine' in vhost 'v'. "
+          "It could be originally declared on another connection or the exclusive property value "
+          "does not match that of the original declaration.")
+
+
 def test_exclusive_queue_is_locked_to_its_owner(namespace: Namespace) -> None:
     namespace.declare_queue("mine", exclusive_owner="c1")
-    locked = ("RESOURCE_LOCKED - cannot obtain exclusive access to locked queue 'mine' in vhost 'v'. "
-              "It could be originally declared on another connection or the exclusive property value "
-              "does not match that of the original declaration.")
     for call in (lambda: namespace.declare_queue("mine", exclusive_owner="c2"),
                  lambda: namespace.declare_queue("mine", passive=True, owner="c2"),
                  lambda: namespace.queue("mine", owner="c2"),
+                 lambda: namespace.queue("mine"),
                  lambda: namespace.bind_queue("mine", "amq.direct", "k", owner="c2"),
                  lambda: namespace.delete_queue("mine", owner="c2")):
         error = error_of(call)
-        assert isinstance(error, ResourceLocked) and error.reply_text == locked
+        assert isinstance(error, ResourceLocked) and error.reply_text == LOCKED
     assert namespace.queue("mine", owner="c1").exclusive
     namespace.declare_queue("mine", exclusive_owner="c1")
+    namespace.declare_queue("mine", passive=True, owner="c1")
+    namespace.declare_queue("mine", passive=True, exclusive_owner="c1")
     namespace.bind_queue("mine", "amq.direct", "k", owner="c1")
+
+
+def test_redeclare_must_match_exclusivity_exactly(namespace: Namespace) -> None:
+    """RabbitMQ's strict check: even the owner cannot redeclare its exclusive queue as shared."""
+    namespace.declare_queue("mine", exclusive_owner="c1")
+    error = error_of(lambda: namespace.declare_queue("mine", owner="c1"))
+    assert isinstance(error, ResourceLocked) and error.reply_text == LOCKED
+    namespace.declare_queue("shared")
+    error = error_of(lambda: namespace.declare_queue("shared", exclusive_owner="c1"))
+    assert isinstance(error, ResourceLocked) and "locked queue 'shared'" in error.text
+
+
+def test_passive_declare_without_a_known_caller_is_not_locked(namespace: Namespace) -> None:
+    namespace.declare_queue("mine", exclusive_owner="c1")
+    queue, _, _ = namespace.declare_queue("mine", passive=True)
+    assert queue.exclusive_owner == "c1"
 
 
 def test_owner_closed_deletes_only_its_exclusive_queues(namespace: Namespace) -> None:
@@ -341,3 +360,8 @@ def test_namespace_exposes_its_clock() -> None:
     ticks = iter([1.0, 2.0, 3.0])
     namespace = Namespace("v", lambda: next(ticks))
     assert namespace.clock() == 1.0
+
+
+def test_restore_refuses_unknown_records(namespace: Namespace) -> None:
+    with pytest.raises(ValueError):
+        namespace.restore([{"object": "consumer", "name": "c"}])
