@@ -478,7 +478,7 @@ class Namespace:
                              wall_time=self._wall_clock(), exchange=name,
                              routing_key=settings.dead_letter_routing_key, arrival=self.clock())
         for target in self._route_graph(exchange, copy):
-            if True:
+            if not is_cycle(copy, target.name):
                 target.enqueue(copy)
 
     def queue_unused(self, queue: Queue) -> None:

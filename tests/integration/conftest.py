@@ -172,12 +172,30 @@ def broker_process() -> Iterator[DeltaMQProcess | None]:
         proc.stop()
 
 
+_UNDER_TEST = pytest.StashKey[str]()
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    described = config.stash.get(_UNDER_TEST, None)
+    if described:
+        terminalreporter.write_line(f"integration tests ran against {described}")
+
+
+def _note(config: pytest.Config, ep: BrokerEndpoint, how: str) -> BrokerEndpoint:
+    config.stash[_UNDER_TEST] = (f"{ep.product or 'an unidentified broker'} {ep.version} at "
+                                 f"{ep.host}:{ep.port} ({how})")
+    return ep
+
+
 @pytest.fixture(scope="session")
-def broker(broker_process: DeltaMQProcess | None) -> Iterator[BrokerEndpoint]:
+def broker(request: pytest.FixtureRequest,
+           broker_process: DeltaMQProcess | None) -> Iterator[BrokerEndpoint]:
     """Host, port, credentials and URL of the broker under test."""
+    config = request.config
     url = os.environ.get(URL_ENV)
     if url:
-        yield _describe(BrokerEndpoint.from_url(url), external=True)
+        yield _note(config, _describe(BrokerEndpoint.from_url(url), external=True),
+                    f"external, {URL_ENV}")
         return
     if os.environ.get(START_RABBITMQ_ENV):
         sys.path.insert(0, str(REPO))
@@ -186,13 +204,14 @@ def broker(broker_process: DeltaMQProcess | None) -> Iterator[BrokerEndpoint]:
         node = RabbitMQ(port=_free_port(), log=lambda *a: None)
         node.start()
         try:
-            yield _describe(BrokerEndpoint(host=node.host, port=node.port), external=True)
+            yield _note(config, _describe(BrokerEndpoint(host=node.host, port=node.port),
+                                          external=True), "private node for this run")
         finally:
             node.stop()
         return
     assert broker_process is not None
-    yield _describe(BrokerEndpoint(host="127.0.0.1", port=broker_process.amqp_port),
-                    external=False)
+    yield _note(config, _describe(BrokerEndpoint(host="127.0.0.1", port=broker_process.amqp_port),
+                                  external=False), "`" + " ".join(broker_process.command) + "`")
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -523,3 +523,73 @@ def test_tx_commit_without_select_is_precondition_failed(ch: BlockingChannel) ->
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
         ch.tx_commit()
     assert info.value.reply_code == 406
+
+
+# -- edges of the spec ------------------------------------------------------------------------
+
+def test_ack_zero_multiple_acks_everything_outstanding(conn: pika.BlockingConnection) -> None:
+    ch = conn.channel()
+    q = fresh_queue(ch)
+    publish_all(ch, q, [b"1", b"2", b"3"])
+    for _ in range(3):
+        ch.basic_get(q)
+    ch.basic_ack(0, multiple=True)  # 0-9-1 §1.8.3.13: tag 0 with multiple = all outstanding
+    ch.close()
+    ch = conn.channel()
+    assert ch.basic_get(q) == (None, None, None)
+    ch.queue_delete(q)
+
+
+def test_cancel_of_unknown_consumer_tag_is_ok(broker: BrokerEndpoint) -> None:
+    with broker.raw() as raw:
+        raw.handshake(broker)
+        raw.open_channel(1)
+        raw.send_method(1, commands.Basic.Cancel(consumer_tag="never-consumed"))
+        assert raw.expect(commands.Basic.CancelOk).consumer_tag == "never-consumed"
+
+
+def test_frames_after_channel_close_are_discarded(broker: BrokerEndpoint) -> None:
+    # 0-9-1 §4.2.6 / channel.close: after sending close a peer discards frames until close-ok
+    with broker.raw() as raw:
+        raw.handshake(broker)
+        raw.open_channel(1)
+        raw.send_method(1, commands.Queue.Declare(queue=unique("q.missing"), passive=True))
+        raw.send_method(1, commands.Queue.Declare(queue="", exclusive=True))
+        close = raw.expect(commands.Channel.Close)
+        assert close.reply_code == 404
+        raw.send_method(1, commands.Queue.Declare(queue="", exclusive=True))  # still discarded
+        raw.send_method(1, commands.Channel.CloseOk())
+        raw.open_channel(1)
+        raw.send_method(1, commands.Queue.Declare(queue="", exclusive=True))
+        assert raw.expect(commands.Queue.DeclareOk).queue
+
+
+def test_channel_open_on_channel_zero_is_channel_error(broker: BrokerEndpoint) -> None:
+    with broker.raw() as raw:
+        raw.handshake(broker)
+        raw.send_method(0, commands.Channel.Open())
+        close = raw.wait_connection_close()
+        assert close is not None and close.reply_code == 504
+
+
+@pytest.mark.timeout(60, func_only=True)
+def test_bulk_publish_and_consume_in_order(conn: pika.BlockingConnection) -> None:
+    ch = conn.channel()
+    q = fresh_queue(ch)
+    n = 5000
+    payload = b"x" * 200
+    for i in range(n):
+        ch.basic_publish("", q, b"%06d" % i + payload)
+    ch.basic_qos(prefetch_count=250)
+    seen: list[bytes] = []
+
+    def on_message(c: BlockingChannel, m: Any, p: Any, body: bytes) -> None:
+        seen.append(body[:6])
+        if len(seen) % 100 == 0:
+            c.basic_ack(m.delivery_tag, multiple=True)
+    ch.basic_consume(q, on_message)
+    eventually(lambda: conn.process_data_events(0.05) or len(seen) >= n, 45,
+               what=f"{n} messages consumed")
+    assert seen == [b"%06d" % i for i in range(n)]
+    ch.close()
+    conn.channel().queue_delete(q)

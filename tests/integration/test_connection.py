@@ -97,6 +97,20 @@ def test_unknown_vhost_is_not_allowed(broker: BrokerEndpoint) -> None:
     assert vhost in info2.value.reply_text
 
 
+def test_mechanism_not_offered_is_refused(broker: BrokerEndpoint) -> None:
+    with broker.raw() as raw:
+        raw.send(PROTOCOL_HEADER_0_9_1)
+        start = raw.expect(commands.Connection.Start)
+        mechanisms = start.mechanisms.split()
+        assert "PLAIN" in mechanisms and "AMQPLAIN" in mechanisms
+        assert (start.version_major, start.version_minor) == (0, 9)
+        raw.send_method(0, commands.Connection.StartOk(mechanism="NO-SUCH-MECH", response="x"))
+        # the connection never opens: RabbitMQ just hangs up, a close (403) is also fine
+        close = raw.wait_connection_close()
+        assert close is None or close.reply_code == 403
+        assert raw.read_until_eof() == b""
+
+
 def test_slash_vhost_opens(broker: BrokerEndpoint) -> None:
     with broker.pika(virtual_host="/") as conn:
         _roundtrip_pika(conn)

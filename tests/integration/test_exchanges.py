@@ -215,6 +215,7 @@ def test_topic_patterns(ch: BlockingChannel) -> None:
         "a.b": {"a.#", "#", "*.*"},
         "a.b.b.c": {"a.#", "#", "a.#.c"},
         "a.c": {"a.#", "#", "*.*", "a.#.c"},
+        "a..c": {"a.*.c", "a.#", "#", "a.#.c"},  # an empty word is still a word
         "z": {"#.z", "*", "#"},
         "x.y.z": {"#.z", "#"},
         "b.a.c": {"#"},
@@ -244,6 +245,19 @@ def test_headers_exchange_all_and_any(ch: BlockingChannel) -> None:
     ]
     for headers, expected in cases:
         assert who_got(ch, qs, x, "ignored", headers) == expected, f"headers {headers}"
+
+
+def test_headers_exchange_edge_cases(ch: BlockingChannel) -> None:
+    x = unique("x.headers-edge")
+    ch.exchange_declare(x, exchange_type="headers", auto_delete=True)
+    qs = bound_queues(ch, x, {
+        "x-args-ignored": {"x-match": "all", "a": 1, "x-custom": "not matched on"},
+        "any-of-nothing": {"x-match": "any"},
+        "all-of-nothing": {},
+    })
+    assert who_got(ch, qs, x, "", {"a": 1}) == {"x-args-ignored", "all-of-nothing"}
+    assert who_got(ch, qs, x, "", {"a": "1"}) == {"all-of-nothing"}  # types must agree
+    assert who_got(ch, qs, x, "", None) == {"all-of-nothing"}
 
 
 def test_amq_match_and_amq_topic_route(ch: BlockingChannel) -> None:
@@ -279,6 +293,40 @@ def test_exchange_to_exchange_binding(ch: BlockingChannel) -> None:
     ch.basic_publish(src, "orders.new", b"4")
     assert drain(ch, q) == []
     assert drain(ch, direct_q) == [b"4"]
+
+
+def test_deleting_an_exchange_removes_its_bindings(conn: pika.BlockingConnection) -> None:
+    ch = conn.channel()
+    x, dest = unique("x.deleted"), unique("x.dest")
+    ch.exchange_declare(x, exchange_type="direct")
+    ch.exchange_declare(dest, exchange_type="fanout", auto_delete=True)
+    q = ch.queue_declare("", exclusive=True).method.queue
+    q_via = ch.queue_declare("", exclusive=True).method.queue
+    ch.queue_bind(q, x, "k")
+    ch.exchange_bind(destination=dest, source=x, routing_key="k")
+    ch.queue_bind(q_via, dest)
+    ch.basic_publish(x, "k", b"before")
+    assert (drain(ch, q), drain(ch, q_via)) == ([b"before"], [b"before"])
+    ch.exchange_delete(x)
+    ch.exchange_declare(x, exchange_type="direct")  # same name, no bindings
+    ch.basic_publish(x, "k", b"after")
+    assert (drain(ch, q), drain(ch, q_via)) == ([], [])
+    ch.exchange_delete(x)
+
+
+def test_deleting_a_queue_removes_its_bindings(conn: pika.BlockingConnection) -> None:
+    ch = conn.channel()
+    x = unique("x.keep")
+    ch.exchange_declare(x, exchange_type="fanout", auto_delete=False)
+    q = unique("q.rebound")
+    ch.queue_declare(q)
+    ch.queue_bind(q, x)
+    ch.queue_delete(q)
+    ch.queue_declare(q)
+    ch.basic_publish(x, "", b"not for the new queue")
+    assert drain(ch, q) == []
+    ch.queue_delete(q)
+    ch.exchange_delete(x)
 
 
 def test_exchange_to_exchange_cycle_delivers_once(ch: BlockingChannel) -> None:

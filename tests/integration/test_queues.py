@@ -87,6 +87,24 @@ def test_inequivalent_queue_redeclare(conn: pika.BlockingConnection, first: dict
     conn.channel().queue_delete(q)
 
 
+@pytest.mark.parametrize("key,value", [
+    ("x-message-ttl", -1), ("x-expires", 0), ("x-max-length", -1), ("x-max-length-bytes", -5),
+    ("x-overflow", "bogus"), ("x-max-priority", 300), ("x-message-ttl", "abc"),
+    ("x-single-active-consumer", "yes"), ("x-dead-letter-routing-key", "no-dlx"),
+])
+def test_invalid_queue_argument_is_precondition_failed(conn: pika.BlockingConnection, key: str,
+                                                       value: object) -> None:
+    ch = conn.channel()
+    q = unique("q.badarg")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        ch.queue_declare(q, arguments={key: value})
+    assert info.value.reply_code == 406
+    assert f"invalid arg '{key}' for queue '{q}'" in info.value.reply_text
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        conn.channel().queue_declare(q, passive=True)  # nothing was created
+    assert info.value.reply_code == 404
+
+
 def test_amq_prefix_queue_is_access_refused(conn: pika.BlockingConnection) -> None:
     ch = conn.channel()
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:

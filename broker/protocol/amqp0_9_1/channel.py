@@ -68,6 +68,9 @@ class Channel:
         self._publish_seq = 0
         self._acked_upto = 0
         self.last_queue_name = ""
+        # the runtime Session object in the model tree (management lists it)
+        model = connection.model
+        self.model: Any = model.register_session(number) if model is not None else None
         self._handlers: dict[type, Callable[[Any], None]] = {
             m.BasicPublish: self._basic_publish,
             m.BasicAck: self._basic_ack,
@@ -282,10 +285,17 @@ class Channel:
         """The queue was deleted: tell the client if it understands basic.cancel from us."""
         if self.subscriptions.pop(sub.tag, None) is None:
             return
-        sub.cancelled = True
+        self._forget(sub)
         caps = self.connection.client_capabilities
         if caps.get("consumer_cancel_notify") and not self.closing:
             self.connection.send_method(self.number, m.BasicCancel(consumer_tag=sub.tag, nowait=True))
+
+    @staticmethod
+    def _forget(sub: Subscription) -> None:
+        sub.cancelled = True
+        if sub.model is not None:
+            sub.model.unregister()
+            sub.model = None
 
     def _basic_consume(self, method: m.BasicConsume) -> None:
         queue = self._queue(method.queue)
@@ -297,6 +307,9 @@ class Channel:
         sub.cancelled = True                      # no deliveries before consume-ok
         queue.add_consumer(sub, exclusive=method.exclusive)
         self.subscriptions[tag] = sub
+        if self.model is not None:
+            sub.model = self.model.register_consumer(tag, queue=queue.name, exclusive=method.exclusive,
+                                                     no_ack=method.no_ack, arguments=method.arguments)
         if not method.nowait:
             self.connection.send_method(self.number, m.BasicConsumeOk(consumer_tag=tag))
         sub.cancelled = False
@@ -305,7 +318,7 @@ class Channel:
     def _basic_cancel(self, method: m.BasicCancel) -> None:
         sub = self.subscriptions.pop(method.consumer_tag, None)
         if sub is not None:
-            sub.cancelled = True
+            self._forget(sub)
             sub.queue.remove_consumer(sub)
         if not method.nowait:
             self.connection.send_method(self.number, m.BasicCancelOk(consumer_tag=method.consumer_tag))
@@ -425,9 +438,12 @@ class Channel:
     def release_all(self) -> None:
         """Channel or connection closing: cancel consumers, requeue what was not acked."""
         for sub in list(self.subscriptions.values()):
-            sub.cancelled = True
+            self._forget(sub)
             sub.queue.remove_consumer(sub)
         self.subscriptions.clear()
+        if self.model is not None:
+            self.model.unregister()
+            self.model = None
         if isinstance(self.tx, LocalTransaction):
             self.tx.rollback()
         self.release_unacked()

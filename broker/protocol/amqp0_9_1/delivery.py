@@ -110,7 +110,7 @@ class Subscription:
     """One ``basic.consume``: a consumer of a queue on behalf of a channel."""
 
     __slots__ = ("tag", "encoded_tag", "queue", "channel", "no_ack", "exclusive",
-                 "prefetch_count", "unacked", "arguments", "cancelled")
+                 "prefetch_count", "unacked", "arguments", "cancelled", "model")
 
     def __init__(self, channel: Channel, queue: Queue, tag: str, *, no_ack: bool,
                  exclusive: bool, prefetch_count: int, arguments: dict[str, Any]) -> None:
@@ -124,6 +124,7 @@ class Subscription:
         self.unacked = 0
         self.arguments = arguments
         self.cancelled = False
+        self.model: Any = None            # the runtime Consumer object in the model tree
 
     # -- the queue's Consumer contract ---------------------------------------
     def can_deliver(self, entry: QueueEntry) -> bool:

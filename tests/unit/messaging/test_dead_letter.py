@@ -52,7 +52,7 @@ def test_rejected_message_gets_rabbitmq_x_death(namespace: Namespace, clock: Fak
     clock.advance(3)
     reject_one(work)
     dead = take(namespace.queue("dead"))
-    headers = dead.properties.headers
+    headers = dead.headers
     assert headers["x-death"] == [{
         "count": 1, "reason": "rejected", "queue": "work",
         "time": datetime.datetime.fromtimestamp(int(WALL), datetime.timezone.utc),
@@ -74,7 +74,7 @@ def test_dead_letter_routing_key_overrides(namespace: Namespace) -> None:
     reject_one(work)
     dead = take(namespace.queue("parking"))
     assert dead.routing_key == "parking"
-    assert dead.properties.headers["x-death"][0]["routing-keys"] == ["work"]
+    assert dead.headers["x-death"][0]["routing-keys"] == ["work"]
 
 
 def test_repeat_deaths_increment_count_and_move_to_front(namespace: Namespace, wall: FakeClock) -> None:
@@ -89,7 +89,7 @@ def test_repeat_deaths_increment_count_and_move_to_front(namespace: Namespace, w
     wall.advance(60)
     reject_one(work)
     assert work.message_count == 1
-    deaths = take(work).properties.headers["x-death"]
+    deaths = take(work).headers["x-death"]
     assert [(d["queue"], d["reason"], d["count"]) for d in deaths] == [
         ("retry", "expired", 2), ("work", "rejected", 2)]
     # the time of an entry is when it was first recorded
@@ -104,7 +104,7 @@ def test_first_death_headers_are_never_changed(namespace: Namespace) -> None:
     namespace.declare_queue("three")
     one.enqueue(message("m", routing_key="one", exchange="origin"))
     reject_one(one)  # -> two, over its max length at once -> three
-    headers = take(namespace.queue("three")).properties.headers
+    headers = take(namespace.queue("three")).headers
     assert headers["x-first-death-reason"] == "rejected" and headers["x-first-death-queue"] == "one"
     assert headers["x-first-death-exchange"] == "origin"
     assert headers["x-last-death-reason"] == "maxlen" and headers["x-last-death-queue"] == "two"
@@ -124,7 +124,7 @@ def test_rejection_cycle_back_to_same_queue_is_allowed(namespace: Namespace) -> 
     queue.enqueue(message("m", routing_key="loop"))
     reject_one(queue)
     again = take(queue)
-    assert again.properties.headers["x-death"][0]["count"] == 1
+    assert again.headers["x-death"][0]["count"] == 1
 
 
 def test_missing_dead_letter_exchange_drops_message(namespace: Namespace) -> None:
@@ -156,5 +156,5 @@ def test_existing_x_death_from_wire_bytes_is_understood(namespace: Namespace) ->
                                "routing-keys": [b"q"]}
     queue.enqueue(message("m", headers={"x-death": [earlier], "x-first-death-reason": b"rejected"}))
     reject_one(queue)
-    deaths = take(namespace.queue("dead")).properties.headers["x-death"]
+    deaths = take(namespace.queue("dead")).headers["x-death"]
     assert len(deaths) == 1 and deaths[0]["count"] == 5

@@ -35,7 +35,7 @@ def dead_letter_sink(namespace: Namespace, source_args: dict[str, Any]) -> tuple
 def reasons(queue: Queue) -> list[tuple[bytes, str]]:
     out = []
     while (entry := queue.get(no_ack=True)) is not None:
-        out.append((entry.message.body, entry.message.properties.headers["x-death"][0]["reason"]))
+        out.append((entry.message.body, entry.message.headers["x-death"][0]["reason"]))
     return out
 
 
@@ -111,7 +111,7 @@ def test_expired_messages_are_dead_lettered(namespace: Namespace, clock: FakeClo
     namespace.run_due(clock.advance(1))
     entry = sink.get()
     assert entry is not None
-    death = entry.message.properties.headers["x-death"][0]
+    death = entry.message.headers["x-death"][0]
     assert death["reason"] == "expired" and death["original-expiration"] == "50"
     assert entry.message.properties.expiration is None
 

@@ -349,3 +349,36 @@ def test_connection_blocked_is_sent_to_clients_that_asked(client: Client) -> Non
     assert "memory" in blocked.reason
     client.server.set_blocked(False)
     client.expect(m.ConnectionUnblocked, 0)
+
+
+class _Recorder:
+    """Stands in for the model's runtime objects: records what the engine registers."""
+
+    def __init__(self, log: list[str], name: str) -> None:
+        self.log, self.name = log, name
+
+    def register_session(self, channel: int) -> _Recorder:
+        self.log.append(f"+session {channel}")
+        return _Recorder(self.log, f"session {channel}")
+
+    def register_consumer(self, tag: str, **kwargs: object) -> _Recorder:
+        self.log.append(f"+consumer {tag} on {kwargs['queue']}")
+        return _Recorder(self.log, f"consumer {tag}")
+
+    def unregister(self) -> None:
+        self.log.append(f"-{self.name}")
+
+
+def test_sessions_and_consumers_are_registered_in_the_model(host: FakeHost) -> None:
+    log: list[str] = []
+    c = Client(host)
+    c.handshake()
+    c.server.model = _Recorder(log, "connection")
+    c.open_channel(1)
+    c.send(1, m.QueueDeclare(queue="seen"))
+    c.send(1, m.BasicConsume(queue="seen", consumer_tag="t1"))
+    c.send(1, m.BasicCancel(consumer_tag="t1"))
+    c.send(1, m.BasicConsume(queue="seen", consumer_tag="t2"))
+    c.send(1, m.ChannelClose(reply_code=200))
+    assert log == ["+session 1", "+consumer t1 on seen", "-consumer t1", "+consumer t2 on seen",
+                   "-consumer t2", "-session 1"]
