@@ -349,6 +349,11 @@ def main(argv=None) -> int:
     opt = options(a)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     names = [a.only] if a.only else list(BROKERS)
+    if a.nice:
+        # our load-generator workers are forked from this process: same autogroup
+        if not procutil.set_autogroup_nice(a.nice):
+            log(f"(could not set the scheduler autogroup's nice to {a.nice}; "
+                "--nice then only applies within this session)")
     results: dict = {
         "meta": {
             "started": _dt.datetime.now().isoformat(timespec="seconds"),

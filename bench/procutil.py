@@ -156,8 +156,24 @@ def wait_port(port: int, timeout: float, alive=lambda: True, host: str = "127.0.
     return False
 
 
+def set_autogroup_nice(n: int, pid: str | int = "self") -> bool:
+    """Set the nice value of a process's scheduler autogroup (Linux).
+
+    With ``kernel.sched_autogroup_enabled`` the CPU is first shared between
+    autogroups (one per session), so a process's own niceness only matters
+    against processes of its session; this is what weighs against other jobs.
+    """
+    try:
+        with open(f"/proc/{pid}/autogroup", "w") as f:
+            f.write(str(n))
+        return True
+    except OSError:
+        return False
+
+
 def niceness(n: int):
-    """A Popen preexec_fn applying niceness increment n (children and threads inherit it)."""
+    """A Popen preexec_fn applying niceness n to the child and to its session's
+    autogroup (Popen's start_new_session runs setsid before preexec_fn)."""
     if not n:
         return None
 
@@ -166,4 +182,5 @@ def niceness(n: int):
             os.nice(n)
         except OSError:
             pass
+        set_autogroup_nice(n)
     return apply

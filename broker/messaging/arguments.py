@@ -72,6 +72,8 @@ class QueueSettings:
     dead_letter_exchange: str | None = None
     dead_letter_routing_key: str | None = None
     single_active_consumer: bool = False
+    #: redeliveries allowed: a message released after more than this many
+    #: deliveries is dead-lettered (reason ``delivery_limit``) or dropped
     delivery_limit: int | None = None
 
     @property
@@ -251,9 +253,12 @@ def queue_settings(arguments: dict[str, Any] | None, queue: str = "", vhost: str
     if dlrk is not None and dlx is None:
         raise read.fail("x-dead-letter-routing-key", "{routing_key_but_no_dlx_defined}")
 
+    # RabbitMQ's x-delivery-limit N allows N redeliveries (N+1 deliveries);
+    # Broker-J's maximumDeliveryAttempts N allows N deliveries in all (0: no limit).
     delivery_limit = read.integer("x-delivery-limit")
     if delivery_limit is None:
-        delivery_limit = read.integer("x-qpid-maximum-delivery-count", lenient=True) or None
+        attempts = read.integer("x-qpid-maximum-delivery-count", lenient=True)
+        delivery_limit = attempts - 1 if attempts else None
 
     return QueueSettings(
         kind=kind, priority_levels=levels, priority_offset=offset, lvq_key=lvq_key,

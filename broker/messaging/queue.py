@@ -216,21 +216,27 @@ class Queue:
             entry = self._new_entry(message)
             if self._offer(entry, consumers):
                 return True
+            if self._timed and self._expired_on_arrival(message):
+                self._retire(entry, "expired")
+                return True
             self._ready += 1
             self._ready_bytes += len(message.body)
             self._put_back(entry)
         else:
-            if self._timed:
-                expiry = self._expiry(message)
-                if expiry is not None and expiry <= self._clock():
-                    self._dead_letter(message, "expired")
-                    return True
+            if self._timed and self._expired_on_arrival(message):
+                self._dead_letter(message, "expired")
+                return True
             self._ready += 1
             self._ready_bytes += len(message.body)
             self._store(message)
         if self._limited:
             self._drop_over_limit()
         return True
+
+    def _expired_on_arrival(self, message: Message) -> bool:
+        """A message not taken at once whose TTL is already over (x-message-ttl 0: RabbitMQ drops it)."""
+        expiry = self._expiry(message)
+        return expiry is not None and expiry <= self._clock()
 
     def _admit(self, message: Message) -> bool:
         """The reject-publish policies: refuse a message that would overfill the queue."""

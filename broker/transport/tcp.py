@@ -22,7 +22,7 @@ from broker.protocol.detect import HEADER_SIZE, AmqpVersion, detect
 
 log = logging.getLogger(__name__)
 
-READ_SIZE = 256 * 1024
+READ_SIZE = 64 * 1024        # bounds the time one publisher holds the loop (latency for others)
 HANDSHAKE_TIMEOUT = 10.0       # seconds to send a protocol header
 CLOSE_TIMEOUT = 5.0            # seconds to wait for close-ok after we closed
 

@@ -4,6 +4,7 @@ consume/cancel, publish/return, get, ack/nack/reject, recover, confirms, transac
 from __future__ import annotations
 
 import datetime
+import time
 import decimal
 from typing import Any, Iterator
 
@@ -588,8 +589,59 @@ def test_bulk_publish_and_consume_in_order(conn: pika.BlockingConnection) -> Non
         if len(seen) % 100 == 0:
             c.basic_ack(m.delivery_tag, multiple=True)
     ch.basic_consume(q, on_message)
-    eventually(lambda: conn.process_data_events(0.05) or len(seen) >= n, 45,
-               what=f"{n} messages consumed")
+    deadline = time.monotonic() + 45
+    while len(seen) < n and time.monotonic() < deadline:
+        conn.process_data_events(time_limit=0.5)
     assert seen == [b"%06d" % i for i in range(n)]
     ch.close()
     conn.channel().queue_delete(q)
+
+
+def test_ack_after_queue_deleted_is_fine(conn: pika.BlockingConnection) -> None:
+    ch = conn.channel()
+    q = fresh_queue(ch)
+    ch.basic_publish("", q, b"orphan")
+    tag = ch.basic_get(q)[0].delivery_tag
+    conn.channel().queue_delete(q)
+    ch.basic_ack(tag)  # the delivery tag is the channel's, the queue is gone: no error
+    assert ch.queue_declare("", exclusive=True).method.queue and ch.is_open
+
+
+def test_connection_close_requeues_across_channels_in_order(broker: BrokerEndpoint) -> None:
+    with broker.pika() as keeper:
+        kch = keeper.channel()
+        q = fresh_queue(kch)
+        kch.confirm_delivery()
+        publish_all(kch, q, [b"1", b"2", b"3", b"4"])
+        holder = broker.pika()
+        c1, c2 = holder.channel(), holder.channel()
+        assert c1.basic_get(q)[2] == b"1"
+        assert c2.basic_get(q)[2] == b"2"
+        assert c2.basic_get(q)[2] == b"3"
+        holder.close()
+        eventually(lambda: ready(kch, q) == 4, what="all four back in the queue")
+        got = [kch.basic_get(q, auto_ack=True) for _ in range(4)]
+        assert [g[2] for g in got] == [b"1", b"2", b"3", b"4"]
+        assert [g[0].redelivered for g in got] == [True, True, True, False]
+        kch.queue_delete(q)
+
+
+def test_one_message_in_many_queues_is_settled_independently(conn: pika.BlockingConnection) -> None:
+    ch = conn.channel()
+    x = unique("x.fan")
+    ch.exchange_declare(x, exchange_type="fanout", auto_delete=True)
+    qs = [fresh_queue(ch) for _ in range(3)]
+    for q in qs:
+        ch.queue_bind(q, x)
+    ch.basic_publish(x, "", b"shared", pika.BasicProperties(message_id="one"))
+    m0 = ch.basic_get(qs[0])[0]
+    m1 = ch.basic_get(qs[1])[0]
+    ch.basic_ack(m0.delivery_tag)                 # gone from q0 only
+    ch.basic_nack(m1.delivery_tag, requeue=True)  # back in q1, redelivered there only
+    r1 = ch.basic_get(qs[1], auto_ack=True)
+    r2 = ch.basic_get(qs[2], auto_ack=True)
+    assert (r1[2], r1[0].redelivered, r2[2], r2[0].redelivered) == (b"shared", True, b"shared", False)
+    assert r1[1].message_id == r2[1].message_id == "one"
+    assert ch.basic_get(qs[0]) == (None, None, None)
+    for q in qs:
+        ch.queue_delete(q)

@@ -3,6 +3,7 @@ types' routing, exchange-to-exchange bindings, alternate and internal exchanges.
 
 from __future__ import annotations
 
+import random
 from typing import Any, Iterator
 
 import pika
@@ -223,6 +224,35 @@ def test_topic_patterns(ch: BlockingChannel) -> None:
     }
     for key, expected in cases.items():
         assert who_got(ch, qs, x, key) == expected, f"routing key {key!r}"
+
+
+def _topic_matches(pattern: str, key: str) -> bool:
+    """Reference matcher: '*' is exactly one word, '#' zero or more (0-9-1 §3.1.3.3)."""
+    def match(p: list[str], k: list[str]) -> bool:
+        if not p:
+            return not k
+        if p[0] == "#":
+            return any(match(p[1:], k[i:]) for i in range(len(k) + 1))
+        return bool(k) and (p[0] == "*" or p[0] == k[0]) and match(p[1:], k[1:])
+    return match(pattern.split("."), key.split("."))
+
+
+def test_topic_routing_matches_reference_on_random_patterns(ch: BlockingChannel) -> None:
+    rng = random.Random(20240501)
+    words = ["a", "b", "c"]
+    patterns = sorted({".".join(rng.choice(words + ["*", "#"]) for _ in range(rng.randint(1, 4)))
+                       for _ in range(60)})
+    keys = sorted({".".join(rng.choice(words) for _ in range(rng.randint(1, 5)))
+                   for _ in range(150)})
+    x = unique("x.topic-random")
+    ch.exchange_declare(x, exchange_type="topic", auto_delete=True)
+    queues = bound_queues(ch, x, {p: p for p in patterns})
+    ch.confirm_delivery()
+    for key in keys:
+        ch.basic_publish(x, key, key.encode())
+    for pattern, q in queues.items():
+        expected = [k.encode() for k in keys if _topic_matches(pattern, k)]
+        assert drain(ch, q) == expected, f"pattern {pattern!r}"
 
 
 def test_headers_exchange_all_and_any(ch: BlockingChannel) -> None:

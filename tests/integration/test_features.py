@@ -247,6 +247,20 @@ def test_dead_letter_on_queue_ttl(conn: pika.BlockingConnection, ch: BlockingCha
     cleanup(conn, q)
 
 
+def test_unacked_message_past_its_ttl_expires_when_requeued(conn: pika.BlockingConnection,
+                                                           ch: BlockingChannel) -> None:
+    dlx, dlq = dead_letter_setup(ch)
+    q = declare(ch, x_message_ttl=200, x_dead_letter_exchange=dlx)
+    ch.basic_publish("", q, b"held too long")
+    tag = get_one_ack(ch, q)[0].delivery_tag  # TTL does not run out while we hold it ...
+    time.sleep(0.5)
+    ch.basic_nack(tag, requeue=True)          # ... but back in the queue it is already dead
+    dm, props, body = get_one(ch, dlq)
+    assert body == b"held too long" and _death(props)[0]["reason"] == "expired"
+    assert drain(ch, q) == []
+    cleanup(conn, q)
+
+
 def test_dead_letter_on_message_expiration(conn: pika.BlockingConnection,
                                            ch: BlockingChannel) -> None:
     dlx, dlq = dead_letter_setup(ch)

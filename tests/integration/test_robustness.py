@@ -196,3 +196,60 @@ def test_half_open_handshakes_do_not_block_others(broker: BrokerEndpoint) -> Non
     finally:
         for s in stalled:
             s.close()
+
+
+@pytest.mark.timeout(60, func_only=True)
+def test_competing_consumers_get_every_message_exactly_once(broker: BrokerEndpoint) -> None:
+    producers, per_producer, consumers = 4, 300, 3
+    q = unique("q.compete")
+
+    async def main() -> list[bytes]:
+        setup = await aio_pika.connect(broker.url())
+        sch = await setup.channel()
+        await sch.declare_queue(q)
+        received: list[bytes] = []
+        nacked = 0
+        done = asyncio.Event()
+        conns = []
+
+        async def consume(i: int) -> None:
+            conn = await aio_pika.connect(broker.url())
+            conns.append(conn)
+            ch = await conn.channel()
+            await ch.set_qos(prefetch_count=10)
+            queue = await ch.get_queue(q, ensure=False)
+
+            async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+                nonlocal nacked
+                if i == 0 and not message.redelivered and len(received) % 7 == 0:
+                    nacked += 1
+                    await message.nack(requeue=True)  # goes round again, still once in the end
+                    return
+                received.append(message.body)
+                await message.ack()
+                if len(received) >= producers * per_producer:
+                    done.set()
+            await queue.consume(on_message)
+
+        async def produce(p: int) -> None:
+            conn = await aio_pika.connect(broker.url())
+            conns.append(conn)
+            ch = await conn.channel()
+            for n in range(per_producer):
+                await ch.default_exchange.publish(aio_pika.Message(f"{p}:{n}".encode()), q)
+
+        try:
+            await asyncio.gather(*(consume(i) for i in range(consumers)))
+            await asyncio.gather(*(produce(p) for p in range(producers)))
+            await asyncio.wait_for(done.wait(), 40)
+            await asyncio.sleep(0.3)  # nothing extra may trickle in
+            assert nacked > 0, "the requeue path was not exercised"
+            return list(received)
+        finally:
+            await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+            await sch.queue_delete(q)
+            await setup.close()
+
+    received = asyncio.run(main())
+    expected = sorted(f"{p}:{n}".encode() for p in range(producers) for n in range(per_producer))
+    assert sorted(received) == expected

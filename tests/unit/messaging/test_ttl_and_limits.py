@@ -105,6 +105,15 @@ def test_ttl_zero_delivers_only_to_a_waiting_consumer(namespace: Namespace, cloc
     assert consumer.bodies == [b"somebody"]
 
 
+def test_ttl_zero_expires_at_once_when_consumers_lack_credit(namespace: Namespace, clock: FakeClock) -> None:
+    source, sink = dead_letter_sink(namespace, {"x-message-ttl": 0})
+    consumer = RecordingConsumer(credit=0)
+    source.add_consumer(consumer)
+    assert source.enqueue(message("late", arrival=clock.now))
+    assert source.message_count == 0 and consumer.entries == []
+    assert reasons(sink) == [(b"late", "expired")]
+
+
 def test_expired_messages_are_dead_lettered(namespace: Namespace, clock: FakeClock) -> None:
     source, sink = dead_letter_sink(namespace, {"x-message-ttl": 100})
     source.enqueue(message("stale", arrival=clock.now, expiration="50"))
@@ -237,13 +246,14 @@ def test_delivery_limit_dead_letters_after_too_many_releases(namespace: Namespac
     assert reasons(sink) == [(b"poison", "delivery_limit")]
 
 
-def test_qpid_maximum_delivery_count_without_dlx_drops(namespace: Namespace) -> None:
-    queue = declare(namespace, "q", **{"x-qpid-maximum-delivery-count": 1})
+def test_qpid_maximum_delivery_count_counts_deliveries_and_drops_without_dlx(namespace: Namespace) -> None:
+    """Broker-J: maximumDeliveryAttempts 2 means two deliveries in all, then no more."""
+    queue = declare(namespace, "q", **{"x-qpid-maximum-delivery-count": 2})
     queue.enqueue(message("poison"))
     first = queue.get()
     assert first is not None
     queue.release(first)
     second = queue.get()
-    assert second is first and second.redelivered
+    assert second is first and second.redelivered and second.delivery_count == 1
     queue.release(second)
-    assert queue.message_count == 0 and queue.get() is None
+    assert queue.message_count == 0 and queue.get() is None and queue.unacked_count == 0
