@@ -236,5 +236,6 @@ def _broker_health(request: pytest.FixtureRequest, broker: BrokerEndpoint,
     if call is not None and call.failed:
         request.node.add_report_section("call", "deltamq log", broker_process.log_since(offset))
     if not broker_process.alive():
-        pytest.fail(f"the broker died during this test (exit {broker_process.proc.returncode}):\n"
+        code = broker_process.proc.returncode if broker_process.proc else None
+        pytest.fail(f"the broker died during this test (exit {code}):\n"
                     f"{broker_process.log_since(offset)}", pytrace=False)

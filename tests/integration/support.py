@@ -272,4 +272,6 @@ def pika_reply(exc: BaseException) -> tuple[int, str]:
         m = re.search(r"\((\d{3})\)\s*['\"]?(.*)", str(exc))
         if m:
             return int(m.group(1)), m.group(2)
+    if code is None:
+        raise AssertionError(f"no AMQP reply code in {exc!r}")
     return int(code), str(text)

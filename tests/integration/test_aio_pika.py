@@ -44,7 +44,8 @@ async def collect(queue: aio_pika.abc.AbstractQueue, n: int, timeout: float = 5.
 
 
 async def test_connect_and_capabilities(conn: aio_pika.abc.AbstractConnection) -> None:
-    props = conn.transport.connection.server_properties
+    transport: Any = conn.transport
+    props = transport.connection.server_properties
     caps = props["capabilities"]
     for cap in ("publisher_confirms", "basic.nack", "consumer_cancel_notify",
                 "exchange_exchange_bindings", "connection.blocked", "per_consumer_qos",
@@ -79,7 +80,7 @@ async def test_publisher_confirms_and_reject_publish_nack(
     ch = await conn.channel()  # publisher_confirms=True by default
     q = await ch.declare_queue(unique("q.full"), auto_delete=True,
                                arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
-    confirm = await ch.default_exchange.publish(aio_pika.Message(b"fits"), q.name)
+    confirm: Any = await ch.default_exchange.publish(aio_pika.Message(b"fits"), q.name)
     assert confirm.name == "Basic.Ack"
     with pytest.raises(aiormq.exceptions.DeliveryError) as info:
         await ch.default_exchange.publish(aio_pika.Message(b"overflows"), q.name)
@@ -94,7 +95,7 @@ async def test_mandatory_return_raises(conn: aio_pika.abc.AbstractConnection) ->
     key = unique("nowhere")
     with pytest.raises(aiormq.exceptions.PublishError) as info:
         await ch.default_exchange.publish(aio_pika.Message(b"back"), key, mandatory=True)
-    ret = info.value.message
+    ret: Any = info.value.message
     assert ret.delivery.reply_code == 312 and ret.delivery.reply_text == "NO_ROUTE"
     assert ret.delivery.routing_key == key and ret.body == b"back"
 
@@ -157,8 +158,10 @@ async def test_consumer_cancelled_by_broker(conn: aio_pika.abc.AbstractConnectio
     q = await ch.declare_queue(unique("q.cancel"))
     cancelled: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     underlay = await ch.get_underlay_channel()
-    underlay.on_consumer_cancel_callbacks.add(
-        lambda frame: cancelled.done() or cancelled.set_result(frame.consumer_tag))
+    def on_cancel(frame: Any) -> None:
+        if not cancelled.done():
+            cancelled.set_result(frame.consumer_tag)
+    underlay.on_consumer_cancel_callbacks.add(on_cancel)
     async def ignore(message: aio_pika.abc.AbstractIncomingMessage) -> None:
         pass
     tag = await q.consume(ignore)
@@ -195,7 +198,8 @@ async def test_dead_letter_x_death(conn: aio_pika.abc.AbstractConnection) -> Non
     await m.reject(requeue=False)
     [dead] = await collect(dlq, 1)
     assert dead.body == b"reject me"
-    [death] = dead.headers["x-death"]
+    deaths: Any = dead.headers["x-death"]
+    [death] = deaths
     assert death["reason"] == "rejected" and death["queue"] == q.name and death["count"] == 1
 
 

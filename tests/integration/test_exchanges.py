@@ -28,7 +28,7 @@ def ch(conn: pika.BlockingConnection) -> BlockingChannel:
 
 
 def drain(ch: BlockingChannel, queue: str) -> list[bytes]:
-    out = []
+    out: list[bytes] = []
     while True:
         method, _, body = ch.basic_get(queue, auto_ack=True)
         if method is None:

@@ -326,9 +326,10 @@ def test_single_active_consumer_failover(broker: BrokerEndpoint) -> None:
         for i in (1, 2, 3):
             setup.basic_publish("", q, f"m{i}".encode())
 
-        def pump() -> None:
+        def pump() -> bool:
             a_conn.process_data_events(0.05)
             b_conn.process_data_events(0.05)
+            return False
         eventually(lambda: pump() or len(a_got) == 3, what="A gets everything")
         pump()
         assert [b for _, b in a_got] == [b"m1", b"m2", b"m3"] and b_got == []

@@ -11,7 +11,7 @@ from __future__ import annotations
 from struct import Struct
 from typing import TYPE_CHECKING, Any
 
-from .codec import FRAME_BODY, FRAME_END_BYTE, FRAME_HEADER, FRAME_METHOD, encode_shortstr
+from .codec import FRAME_BODY, FRAME_END, FRAME_END_BYTE, FRAME_HEADER, FRAME_METHOD, encode_shortstr
 from .properties import CODEC
 
 if TYPE_CHECKING:
@@ -30,31 +30,46 @@ _MESSAGE_COUNT = Struct(">I")
 _REPLY_CODE = Struct(">H")
 
 
-def content_frames(out: list[bytes], channel: int, message: Message, frame_max: int) -> int:
-    """Append the content header and body frames of ``message``; return bytes appended."""
+# "frame-end of the method frame + content header frame header + class/weight/size"
+_END_AND_CONTENT_HEADER = Struct(">BBHIHHQ")
+# "frame-end of the previous frame + body frame header"
+_END_AND_BODY_HEADER = Struct(">BBHI")
+
+
+def content_frames(out: list[bytes], channel: int, message: Message, frame_max: int,
+                   *, after_method: bool = False) -> int:
+    """Append the content header and body frames of ``message``; return bytes appended.
+
+    With ``after_method`` the caller has appended a method frame *without* its
+    frame-end octet, and this function supplies it: one fewer piece per frame
+    on the hottest path of the broker.
+    """
     props = message.encoded_properties_for(CODEC)
     body = message.body
     size = len(body)
-    header_payload_len = 12 + len(props)
-    out.append(_FRAME_HEADER.pack(FRAME_HEADER, channel, header_payload_len))
-    out.append(_CONTENT_HEADER.pack(60, 0, size))
+    header_len = 12 + len(props)
+    if after_method:
+        out.append(_END_AND_CONTENT_HEADER.pack(FRAME_END, FRAME_HEADER, channel, header_len, 60, 0, size))
+    else:
+        out.append(_FRAME_HEADER.pack(FRAME_HEADER, channel, header_len))
+        out.append(_CONTENT_HEADER.pack(60, 0, size))
     out.append(props)
-    out.append(FRAME_END_BYTE)
-    total = header_payload_len + 8
+    total = header_len + 8
     if not size:
+        out.append(FRAME_END_BYTE)
         return total
     chunk = frame_max - 8
     if size <= chunk:
-        out.append(_FRAME_HEADER.pack(FRAME_BODY, channel, size))
+        out.append(_END_AND_BODY_HEADER.pack(FRAME_END, FRAME_BODY, channel, size))
         out.append(body)
         out.append(FRAME_END_BYTE)
         return total + size + 8
     view = memoryview(body)
     for start in range(0, size, chunk):
         piece = view[start:start + chunk]
-        out.append(_FRAME_HEADER.pack(FRAME_BODY, channel, len(piece)))
+        out.append(_END_AND_BODY_HEADER.pack(FRAME_END, FRAME_BODY, channel, len(piece)))
         out.append(bytes(piece))
-        out.append(FRAME_END_BYTE)
+    out.append(FRAME_END_BYTE)
     return total + size + 8 * ((size + chunk - 1) // chunk)
 
 
@@ -67,11 +82,14 @@ def _method(out: list[bytes], channel: int, payload: bytes) -> int:
 
 def deliver_frames(out: list[bytes], channel: int, encoded_tag: bytes, delivery_tag: int,
                    redelivered: bool, message: Message, frame_max: int) -> int:
-    payload = b"".join((
-        _BASIC_DELIVER, encoded_tag, _DELIVER_TAIL.pack(delivery_tag, redelivered),
-        _shortstr(message.exchange), _shortstr(message.routing_key),
-    ))
-    return _method(out, channel, payload) + content_frames(out, channel, message, frame_max)
+    exchange = _shortstr(message.exchange)
+    routing_key = _shortstr(message.routing_key)
+    payload_len = 13 + len(encoded_tag) + len(exchange) + len(routing_key)
+    out.append(b"".join((
+        _FRAME_HEADER.pack(FRAME_METHOD, channel, payload_len), _BASIC_DELIVER, encoded_tag,
+        _DELIVER_TAIL.pack(delivery_tag, redelivered), exchange, routing_key,
+    )))
+    return payload_len + 7 + content_frames(out, channel, message, frame_max, after_method=True)
 
 
 def get_ok_frames(out: list[bytes], channel: int, delivery_tag: int, redelivered: bool,
