@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test install bench clean
+.PHONY: run test typecheck install bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +19,11 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/deltamq serve
 
+typecheck: $(STAMP)
+	$(BIN)/mypy broker
+
 # pytest exits 5 when it collects no tests: that must fail, never pass silently.
-test: $(STAMP)
+test: $(STAMP) typecheck
 	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 

@@ -120,6 +120,7 @@ class RawAMQP:
         self.timeout = timeout
         self._buf = b""
         self.frame_max = 0
+        self.start: Any = None
         self.eof = False
 
     # -- bytes ------------------------------------------------------------
@@ -208,10 +209,12 @@ class RawAMQP:
 
     # -- conversations ------------------------------------------------------
     def handshake(self, ep: BrokerEndpoint, heartbeat: int = 0, frame_max: int | None = None,
-                  channel_max: int | None = None) -> commands.Connection.Tune:
-        """Protocol header → start-ok (PLAIN) → tune-ok → open; returns the server's Tune."""
-        self.send(PROTOCOL_HEADER_0_9_1)
-        self.expect(commands.Connection.Start)
+                  channel_max: int | None = None,
+                  protocol_header: bytes = PROTOCOL_HEADER_0_9_1) -> commands.Connection.Tune:
+        """Protocol header → start-ok (PLAIN) → tune-ok → open; returns the server's Tune.
+        (connection.start/tune/open and their answers are laid out alike in 0-8, 0-9, 0-9-1.)"""
+        self.send(protocol_header)
+        self.start = self.expect(commands.Connection.Start)
         response = f"\0{ep.user}\0{ep.password}"
         self.send_method(0, commands.Connection.StartOk(
             client_properties={"product": "deltamq-integration-raw",
@@ -224,7 +227,8 @@ class RawAMQP:
         self.send_method(0, commands.Connection.TuneOk(channel_max=cmax, frame_max=fmax,
                                                        heartbeat=heartbeat))
         self.send_method(0, commands.Connection.Open(virtual_host=ep.vhost))
-        self.expect(commands.Connection.OpenOk)
+        frame = self.read_frame_raw()  # open-ok: 0-8 names its field known-hosts, same bytes
+        assert frame is not None and frame[2][:4] == b"\x00\x0a\x00\x29", f"not open-ok: {frame}"
         return tune
 
     def open_channel(self, channel: int = 1) -> None:

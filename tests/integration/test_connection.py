@@ -10,6 +10,8 @@ import pika
 import pika.exceptions
 import pytest
 from pamqp import commands
+from pamqp import body as pbody
+from pamqp import header as pheader
 from pamqp import heartbeat as pheartbeat
 
 from .support import (FRAME_BODY, FRAME_HEADER, FRAME_METHOD, FRAME_OVERHEAD,
@@ -254,6 +256,31 @@ def test_bad_protocol_header_answered_with_supported_header(broker: BrokerEndpoi
     with broker.raw() as raw:
         raw.send(greeting)
         assert raw.read_until_eof() == PROTOCOL_HEADER_0_9_1
+
+
+@pytest.mark.parametrize("header,version,open_ok_args", [
+    (b"AMQP\x01\x01\x08\x00", (8, 0), b""),                  # 0-8: channel.open-ok is empty
+    (b"AMQP\x01\x01\x00\x09", (0, 9), b"\x00\x00\x00\x00"),  # 0-9: a long string
+], ids=["0-8", "0-9"])
+def test_older_protocol_versions(broker: BrokerEndpoint, header: bytes, version: tuple[int, int],
+                                 open_ok_args: bytes) -> None:
+    with broker.raw() as raw:
+        raw.handshake(broker, protocol_header=header)
+        assert (raw.start.version_major, raw.start.version_minor) == version
+        raw.send_method(1, commands.Channel.Open())
+        frame = raw.read_frame_raw()
+        assert frame is not None and frame[2] == b"\x00\x14\x00\x0b" + open_ok_args
+        # queue.declare, basic.publish, basic.get and content frames are laid out alike
+        raw.send_method(1, commands.Queue.Declare(queue="", exclusive=True))
+        q = raw.expect(commands.Queue.DeclareOk).queue
+        raw.send_method(1, commands.Basic.Publish(exchange="", routing_key=q))
+        raw.send_content(1, b"old but gold", commands.Basic.Properties(message_id="v"))
+        raw.send_method(1, commands.Basic.Get(queue=q, no_ack=True))
+        get_ok = raw.expect(commands.Basic.GetOk)
+        assert (get_ok.routing_key, get_ok.message_count) == (q, 0)
+        header_frame = raw.expect(pheader.ContentHeader)
+        assert header_frame.body_size == 12 and header_frame.properties.message_id == "v"
+        assert raw.expect(pbody.ContentBody).value == b"old but gold"
 
 
 def test_clean_close_then_reconnect(broker: BrokerEndpoint) -> None:

@@ -393,6 +393,7 @@ class Channel:
         if before is None:
             return dict(enumerate(taken_list))
         taken = {tag: item for tag, item in zip(sorted(before - set(self.unacked)), taken_list)}
+        assert isinstance(self.tx, LocalTransaction)
         self.tx.add_rollback_action(lambda: self._restore_unacked(taken))
         return taken
 

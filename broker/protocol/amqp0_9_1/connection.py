@@ -420,10 +420,10 @@ class AmqpConnection:
                 table = decode_table_entries(response)
             except (ValueError, IndexError, struct.error, UnicodeDecodeError):
                 raise errors.AuthenticationFailed("malformed AMQPLAIN response")
-            user, password = table.get("LOGIN"), table.get("PASSWORD")
-            if not isinstance(user, str) or not isinstance(password, str):
+            login, secret = table.get("LOGIN"), table.get("PASSWORD")
+            if not isinstance(login, str) or not isinstance(secret, str):
                 raise errors.AuthenticationFailed("AMQPLAIN response lacks LOGIN or PASSWORD")
-            return host.authenticate(user, password, self.remote_host)
+            return host.authenticate(login, secret, self.remote_host)
         if mechanism == "ANONYMOUS":
             return host.authenticate_anonymous(self.remote_host)
         raise errors.AuthenticationFailed(f"unsupported authentication mechanism '{mechanism}'")
