@@ -265,6 +265,15 @@ class RawAMQP:
         self.close()
 
 
+def assert_closed_with(close: Any, code: int, text: str | None = None) -> None:
+    """A connection.close / channel.close carried `code` (and `text` in its reply-text)."""
+    assert close is not None, f"expected a close with {code}, but the socket just ended"
+    got = (close.reply_code, close.reply_text)
+    assert close.reply_code == code, f"expected {code}, got {got}"
+    if text is not None:
+        assert text in close.reply_text, f"expected {text!r} in {got}"
+
+
 def pika_reply(exc: BaseException) -> tuple[int, str]:
     """(reply_code, reply_text) from a pika channel/connection-closed exception."""
     code = getattr(exc, "reply_code", None)

@@ -15,7 +15,7 @@ import pytest
 from pamqp import commands
 from pika.adapters.blocking_connection import BlockingChannel
 
-from .support import BrokerEndpoint, eventually, unique
+from .support import BrokerEndpoint, assert_closed_with, eventually, unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30, func_only=True)]
 
@@ -170,8 +170,7 @@ def test_duplicate_consumer_tag_on_the_wire_is_not_allowed(broker: BrokerEndpoin
         raw.expect(commands.Basic.ConsumeOk)
         raw.send_method(1, commands.Basic.Consume(queue=q, consumer_tag="same"))
         close = raw.wait_connection_close()
-        assert close is not None and close.reply_code == 530
-        assert "NOT_ALLOWED" in close.reply_text
+        assert_closed_with(close, 530, "NOT_ALLOWED")
 
 
 def test_consume_from_missing_queue_is_not_found(ch: BlockingChannel) -> None:
@@ -570,7 +569,7 @@ def test_channel_open_on_channel_zero_is_channel_error(broker: BrokerEndpoint) -
         raw.handshake(broker)
         raw.send_method(0, commands.Channel.Open())
         close = raw.wait_connection_close()
-        assert close is not None and close.reply_code == 504
+        assert_closed_with(close, 504)
 
 
 @pytest.mark.timeout(60, func_only=True)

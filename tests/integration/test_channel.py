@@ -9,7 +9,8 @@ import pika.exceptions
 import pytest
 from pamqp import commands
 
-from .support import FRAME_BODY, BrokerEndpoint, eventually, unique
+from .support import (FRAME_BODY, PROTOCOL_HEADER_0_9_1, BrokerEndpoint, assert_closed_with,
+                      eventually, unique)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30, func_only=True)]
 
@@ -84,8 +85,7 @@ def test_method_on_unopened_channel_is_channel_error(broker: BrokerEndpoint) -> 
         raw.handshake(broker)
         raw.send_method(5, commands.Queue.Declare(queue=unique("q")))
         close = raw.wait_connection_close()
-        assert close is not None and close.reply_code == 504, close and close.reply_text
-        assert "CHANNEL_ERROR" in close.reply_text
+        assert_closed_with(close, 504, "CHANNEL_ERROR")
 
 
 def test_second_channel_open_is_channel_error(broker: BrokerEndpoint) -> None:
@@ -94,7 +94,29 @@ def test_second_channel_open_is_channel_error(broker: BrokerEndpoint) -> None:
         raw.open_channel(1)
         raw.send_method(1, commands.Channel.Open())
         close = raw.wait_connection_close()
-        assert close is not None and close.reply_code == 504
+        assert_closed_with(close, 504)
+
+
+def test_channel_open_before_connection_open_is_unexpected_frame(broker: BrokerEndpoint) -> None:
+    with broker.raw() as raw:
+        raw.send(PROTOCOL_HEADER_0_9_1)
+        raw.expect(commands.Connection.Start)
+        raw.send_method(0, commands.Connection.StartOk(
+            mechanism="PLAIN", response=f"\0{broker.user}\0{broker.password}"))
+        tune = raw.expect(commands.Connection.Tune)
+        raw.send_method(0, commands.Connection.TuneOk(channel_max=tune.channel_max,
+                                                      frame_max=tune.frame_max, heartbeat=0))
+        raw.send_method(1, commands.Channel.Open())  # connection.open skipped
+        close = raw.wait_connection_close()
+        assert_closed_with(close, 505)
+
+
+def test_second_connection_open_is_channel_error(broker: BrokerEndpoint) -> None:
+    with broker.raw() as raw:
+        raw.handshake(broker)
+        raw.send_method(0, commands.Connection.Open(virtual_host=broker.vhost))
+        close = raw.wait_connection_close()
+        assert_closed_with(close, 504)
 
 
 def test_content_frame_without_publish_is_unexpected_frame(broker: BrokerEndpoint) -> None:
@@ -103,8 +125,7 @@ def test_content_frame_without_publish_is_unexpected_frame(broker: BrokerEndpoin
         raw.open_channel(1)
         raw.send_frame(FRAME_BODY, 1, b"stray body")
         close = raw.wait_connection_close()
-        assert close is not None and close.reply_code == 505
-        assert "UNEXPECTED_FRAME" in close.reply_text
+        assert_closed_with(close, 505, "UNEXPECTED_FRAME")
 
 
 def test_method_instead_of_content_header_is_unexpected_frame(broker: BrokerEndpoint) -> None:
@@ -114,7 +135,7 @@ def test_method_instead_of_content_header_is_unexpected_frame(broker: BrokerEndp
         raw.send_method(1, commands.Basic.Publish(exchange="", routing_key=unique("q")))
         raw.send_method(1, commands.Queue.Declare(queue=""))
         close = raw.wait_connection_close()
-        assert close is not None and close.reply_code == 505
+        assert_closed_with(close, 505)
 
 
 def test_bad_frame_end_is_frame_error(broker: BrokerEndpoint) -> None:
@@ -124,7 +145,7 @@ def test_bad_frame_end_is_frame_error(broker: BrokerEndpoint) -> None:
         # a 4-byte channel.close-ok-ish payload whose frame-end octet is 0x00, not 0xCE
         raw.send(b"\x01\x00\x01\x00\x00\x00\x04\x00\x14\x00\x0b\x00")
         close = raw.wait_connection_close()
-        assert close is not None and close.reply_code == 501
+        assert_closed_with(close, 501)
 
 
 def test_channel_close_by_client_then_reuse(broker: BrokerEndpoint) -> None:

@@ -13,6 +13,8 @@ broker under test is RabbitMQ.  The documented differences:
   runs on both, declaring the queue the way each broker needs.
 * An unknown method id: RabbitMQ drops the socket without a connection.close;
   DeltaMQ answers with a connection exception (503 or 540) first.
+* basic.qos with a prefetch-size: RabbitMQ refuses it (540 NOT_IMPLEMENTED);
+  Broker-J and DeltaMQ limit unacknowledged bytes.
 """
 
 from __future__ import annotations
@@ -248,6 +250,28 @@ def test_qpid_maximum_delivery_count(ch: BlockingChannel) -> None:
     assert deliveries == 2
     assert drain(ch, q) == []
     ch.queue_delete(q)
+
+
+# -- qos by size ---------------------------------------------------------------------------
+
+@deltamq_only
+def test_prefetch_size_limits_unacked_bytes(conn: pika.BlockingConnection,
+                                            ch: BlockingChannel) -> None:
+    q = declare(ch, {})
+    for i in range(5):
+        ch.basic_publish("", q, bytes([48 + i]) * 400)
+    ch.basic_qos(prefetch_size=1000)
+    got: list[Any] = []
+    ch.basic_consume(q, lambda c, m, p, b: got.append((m, b)))
+    eventually(lambda: conn.process_data_events(0.05) or len(got) >= 2)
+    conn.process_data_events(0.4)
+    assert [b[:1] for _, b in got] == [b"0", b"1"]  # a third 400 bytes would exceed 1000
+    ch.basic_ack(got[0][0].delivery_tag)
+    eventually(lambda: conn.process_data_events(0.05) or len(got) >= 3)
+    conn.process_data_events(0.4)
+    assert [b[:1] for _, b in got] == [b"0", b"1", b"2"]
+    ch.basic_ack(got[-1][0].delivery_tag, multiple=True)
+    conn.channel().queue_delete(q)
 
 
 # -- wire-level differences ------------------------------------------------------------------

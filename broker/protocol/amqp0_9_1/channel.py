@@ -173,7 +173,7 @@ class Channel:
         if method.immediate:
             # RabbitMQ 3.0+: immediate is not supported, and says so loudly
             raise errors.NotImplemented_("immediate=true")
-        self.connection.has_published = True
+        self.connection.publishing()
         self._publish = method
         self._properties = b""
         self._body_parts = []

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 
 _FRAME_HEADER = struct.Struct(">BHI")
 _METHOD_ID = struct.Struct(">I")
+_BASIC_PUBLISH_ID = b"\x00\x3c\x00\x28"
+_CHANNEL_CLOSE_ID = b"\x00\x14\x00\x28"
 
 
 class State(enum.Enum):
@@ -77,6 +79,7 @@ CAPABILITIES = {
 }
 
 WRITE_BUFFER_LIMIT = 1 << 20     # stop deliveries when this much output is queued
+HOLD_LIMIT = 1 << 20             # input held from a blocked publisher before reading stops
 
 
 class _Desynchronised(errors.FrameError):
@@ -124,6 +127,11 @@ class AmqpConnection:
         self.channels: dict[int, Channel] = {}
         self._dispatch_pending: set[Any] = set()
         self.blocked = False
+        self._block_reason = ""
+        self._told_blocked = False
+        self._held: list[tuple[int, int, bytes]] = []
+        self._held_channels: set[int] = set()
+        self._held_bytes = 0
         self.has_published = False
         self.bytes_received = 0
         self.bytes_sent = 0
@@ -162,6 +170,8 @@ class AmqpConnection:
                     raise _Desynchronised(f"frame-end octet is 0x{buf[end]:02x}, expected 0xce")
                 payload = buf[o + 7:end]
                 o = end + 1
+                if channel and (self._told_blocked or self._held_channels) and self._hold(ftype, channel, payload):
+                    continue
                 self._frame(ftype, channel, payload)
                 if self.state is State.CLOSED:
                     break
@@ -203,8 +213,8 @@ class AmqpConnection:
 
     @property
     def reading_paused(self) -> bool:
-        """RabbitMQ blocks only connections that publish while a resource alarm is on."""
-        return self.blocked and self.has_published
+        """A blocked publisher is read only until its held frames reach :data:`HOLD_LIMIT`."""
+        return self._held_bytes >= HOLD_LIMIT
 
     def connection_lost(self) -> None:
         """The peer went away (EOF, reset, missed heartbeats): release everything."""
@@ -223,12 +233,71 @@ class AmqpConnection:
         self._after_input()
 
     def set_blocked(self, blocked: bool, reason: str = "low on memory") -> None:
-        """Resource alarm changed: tell clients that asked for connection.blocked."""
+        """Resource alarm changed.
+
+        As in RabbitMQ, only connections that publish are blocked: one that has
+        published hears connection.blocked now, another when it next publishes
+        (:meth:`publishing`); unblocked goes to whoever heard blocked.
+        """
         if blocked == self.blocked:
             return
         self.blocked = blocked
+        self._block_reason = reason
+        if blocked:
+            if self.has_published:
+                self._notify_blocked()
+        elif self._told_blocked:
+            self._told_blocked = False
+            if self.state is State.OPEN:
+                self.send_method(0, m.ConnectionUnblocked())
+            self._release_held()
+
+    def _hold(self, ftype: int, channel: int, payload: bytes) -> bool:
+        """Hold back a blocked publisher's channel traffic; True when ``payload`` was held.
+
+        A channel is held from its first basic.publish while blocked, so its own
+        frames keep their order; other channels and channel 0 flow on.  A
+        channel.close on a held channel discards what was held there (publishes
+        never confirmed) and goes through, so a client can always shut down.
+        """
+        if channel not in self._held_channels:
+            if not (ftype == FRAME_METHOD and payload[:4] == _BASIC_PUBLISH_ID):
+                return False
+            self._held_channels.add(channel)
+        elif ftype == FRAME_METHOD and payload[:4] == _CHANNEL_CLOSE_ID:
+            self._held_channels.discard(channel)
+            self._held = [f for f in self._held if f[1] != channel]
+            self._held_bytes = sum(len(f[2]) + 8 for f in self._held)
+            return False
+        self._held.append((ftype, channel, payload))
+        self._held_bytes += len(payload) + 8
+        return True
+
+    def _release_held(self) -> None:
+        self._held_channels.clear()
+        held, self._held, self._held_bytes = self._held, [], 0
+        try:
+            for ftype, channel, payload in held:
+                if self.state is not State.OPEN and self.state is not State.CLOSING:
+                    break
+                self._frame(ftype, channel, payload)
+        except errors.BrokerError as exc:
+            self._connection_error(exc)
+        except Exception as exc:
+            log.exception("internal error on connection %s", self.id)
+            self._connection_error(errors.InternalError(f"internal error: {exc!r}"))
+        self._after_input()
+
+    def publishing(self) -> None:
+        """A basic.publish arrived: note it, and tell a blocked publisher so."""
+        self.has_published = True
+        if self.blocked and not self._told_blocked:
+            self._notify_blocked()
+
+    def _notify_blocked(self) -> None:
+        self._told_blocked = True
         if self.state is State.OPEN and self.client_capabilities.get("connection.blocked"):
-            self.send_method(0, m.ConnectionBlocked(reason=reason) if blocked else m.ConnectionUnblocked())
+            self.send_method(0, m.ConnectionBlocked(reason=self._block_reason))
 
     # -- output -----------------------------------------------------------------
     def _write(self, data: bytes) -> None:

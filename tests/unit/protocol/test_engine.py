@@ -345,6 +345,8 @@ def test_exclusive_queue_is_locked_to_its_connection(host: FakeHost, client: Cli
 
 def test_connection_blocked_is_sent_to_clients_that_asked(client: Client) -> None:
     client.server.set_blocked(True)
+    assert client.take() == []                 # RabbitMQ blocks publishers only ...
+    client.publish(1, "", "nowhere", b"x")     # ... and tells them when they publish
     blocked = client.expect(m.ConnectionBlocked, 0)
     assert "memory" in blocked.reason
     client.server.set_blocked(False)
@@ -382,3 +384,26 @@ def test_sessions_and_consumers_are_registered_in_the_model(host: FakeHost) -> N
     c.send(1, m.ChannelClose(reply_code=200))
     assert log == ["+session 1", "+consumer t1 on seen", "-consumer t1", "+consumer t2 on seen",
                    "-consumer t2", "-session 1"]
+
+
+def test_blocked_publisher_is_held_but_can_still_close(host: FakeHost, client: Client) -> None:
+    client.send(1, m.QueueDeclare(queue="held"))
+    client.expect(m.QueueDeclareOk)
+    client.server.set_blocked(True)
+    client.publish(1, "", "held", b"first")
+    client.expect(m.ConnectionBlocked, 0)
+    client.publish(1, "", "held", b"second")          # held, not routed, while blocked
+    assert host.namespace.queue("held").message_count <= 1
+    client.server.set_blocked(False)
+    client.expect(m.ConnectionUnblocked, 0)
+    assert host.namespace.queue("held").message_count == 2
+    client.server.set_blocked(True)                    # it has published: blocked at once
+    client.expect(m.ConnectionBlocked, 0)
+    client.publish(1, "", "held", b"third")            # held
+    client.open_channel(2)                              # other channels flow on
+    client.send(1, m.ChannelClose(reply_code=200))     # discards channel 1's held publish
+    client.expect(m.ChannelCloseOk, 1)
+    assert host.namespace.queue("held").message_count == 2
+    client.send(0, m.ConnectionClose(reply_code=200))  # channel 0 is never held
+    client.expect(m.ConnectionCloseOk, 0)
+    assert client.server.closed
