@@ -344,6 +344,7 @@ class Connection(asyncio.Protocol):
             await f
 
     def data_received(self, data: bytes) -> None:  # noqa: C901 - the hot path
+        buf: bytes | bytearray
         if self.buf:
             self.buf += data
             buf = self.buf
@@ -364,7 +365,7 @@ class Connection(asyncio.Protocol):
             if ftype == FRAME_BODY:
                 ch = chans[chno]
                 ch.received += 1
-                if now:
+                if now and ch.samples is not None:
                     ch.samples.append(now - uf(">q", buf, pos + 7)[0])
                 if not ch.no_ack and ch.last_tag - ch.acked_tag >= ch.ack_every:
                     ch.acked_tag = ch.last_tag
@@ -400,10 +401,10 @@ class Connection(asyncio.Protocol):
             pos = end + 1
         if pos >= n:
             self.buf = bytearray()
-        elif buf is data:
-            self.buf = bytearray(data[pos:])
+        elif buf is not self.buf:
+            self.buf = bytearray(buf[pos:])
         elif pos:
-            del buf[:pos]
+            del self.buf[:pos]
         if out:
             self.write(b"".join(out))
         if touched:

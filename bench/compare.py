@@ -16,7 +16,6 @@ import argparse
 import datetime as _dt
 import json
 import math
-import os
 import platform
 import signal
 import sys
@@ -107,12 +106,16 @@ def best_of(runs: list[dict]) -> dict:
     return res
 
 
-def run_broker(broker, wids: list[int], opt: Options, repeat: int = 1) -> dict:
-    out: dict = {"workloads": {}}
-    broker.start()
-    out["description"] = broker.describe()
+def run_broker(broker, wids: list[int], opt: Options, repeat: int = 1,
+               out: dict | None = None) -> dict:
+    """Run the workloads on one broker; results accumulate in ``out`` as they
+    come (so an interrupted run still reports what it measured)."""
+    out = {"workloads": {}} if out is None else out
+    out.setdefault("workloads", {})
     ran = False
     try:
+        broker.start()
+        out["description"] = broker.describe()
         for wid in wids:
             if not broker.alive():
                 log(f"[{broker.name}] broker is not running; restarting it")
@@ -197,10 +200,10 @@ def rows(results: dict, wids: list[int]) -> list[list[str]]:
             for key, label in metrics:
                 dv = _get(dw, "throughput", f"{key}_per_s")
                 rv = _get(rw, "throughput", f"{key}_per_s")
-                ratio = dv / rv if dv is not None and rv else None
-                verdict = "" if ratio is None else ("ok" if ratio >= TARGET_RATIO else "MISS")
+                tr = dv / rv if dv is not None and rv else None
+                verdict = "" if tr is None else ("ok" if tr >= TARGET_RATIO else "MISS")
                 out.append([name, label, _fmt(dv, "rate"), _fmt(rv, "rate"),
-                            f"{ratio:.2f}" if ratio is not None else "—",
+                            f"{tr:.2f}" if tr is not None else "—",
                             f"≥ {TARGET_RATIO}× RabbitMQ", verdict])
                 name = ""
             for q, label in (("p50_ms", "p50 ms @ ½ peak"), ("p99_ms", "p99 ms @ ½ peak")):
@@ -232,7 +235,21 @@ def failures(results: dict, wids: list[int]) -> list[str]:
     return out
 
 
-HEAD = ["Workload", "Metric", "DeltaMQ", "RabbitMQ", "DeltaMQ/RabbitMQ", "Target", ""]
+HEAD = ["Workload", "Metric", "DeltaMQ", "RabbitMQ", "DeltaMQ/RabbitMQ", "Target", "DeltaMQ vs target"]
+
+
+def _present(results: dict) -> list[str]:
+    return [b for b in BROKERS if results["brokers"].get(b, {}).get("workloads")]
+
+
+def _drop(head: list[str], rows_: list[list[str]], present: list[str]) -> tuple[list[str], list[list[str]]]:
+    """With one broker measured, drop the other's column and the ratio (and the
+    verdict if that broker is not DeltaMQ)."""
+    if len(present) != 1:
+        return head, rows_
+    drop = {4} | ({3} if present[0] == "deltamq" else {2, 6})
+    keep = [i for i in range(len(head)) if i not in drop]
+    return [head[i] for i in keep], [[r[i] for i in keep] for r in rows_]
 
 
 def cpu_rows(results: dict, wids: list[int]) -> list[list[str]]:
@@ -263,7 +280,7 @@ CPU_HEAD = ["Broker", "W", "Client CPU", "per client process", "Broker CPU", "ir
 
 def text_table(head: list[str], rows_: list[list[str]]) -> str:
     w = [max(len(str(r[i])) for r in [head] + rows_) for i in range(len(head))]
-    right = {2, 3, 4}
+    right = {i for i, h in enumerate(head) if h in ("DeltaMQ", "RabbitMQ", "DeltaMQ/RabbitMQ")}
     lines = []
     for k, r in enumerate([head] + rows_):
         cells = [(str(c).rjust(w[i]) if i in right and k else str(c).ljust(w[i]))
@@ -314,11 +331,11 @@ def notes(results: dict) -> list[str]:
                        f"(workload {wid}); {verdict}")
     for b in BROKERS:
         ws = results["brokers"].get(b, {}).get("workloads", {})
-        noisy = [f"W{wid} {_other(w[ph]):.0f}%" for wid, w in ws.items() for ph in ("throughput", "latency")
-                 if ph in w and _other(w[ph]) > 25]
+        noisy = [f"W{wid} {ph} {_other(w[ph]):.0f}%" for wid, w in ws.items()
+                 for ph in ("throughput", "latency") if ph in w and _other(w[ph]) > 25]
         if noisy:
-            out.append(f"{b}: other jobs on the machine took CPU during the measurement "
-                       f"({', '.join(dict.fromkeys(noisy))}): those figures are disturbed")
+            out.append(f"{b}: other jobs on the machine took CPU during the measurement windows "
+                       f"({', '.join(noisy)} of a core): those figures are disturbed")
     for b in BROKERS:
         w6 = _get(results["brokers"].get(b), "workloads", "6")
         if w6 and "error" not in w6:
@@ -341,9 +358,9 @@ def notes(results: dict) -> list[str]:
 
 
 def report(results: dict, wids: list[int], out_dir: Path) -> None:
-    main_rows = rows(results, wids)
+    head, main_rows = _drop(HEAD, rows(results, wids), _present(results))
     cpu = cpu_rows(results, wids)
-    txt = "\n".join(header(results)) + "\n\n" + text_table(HEAD, main_rows)
+    txt = "\n".join(header(results)) + "\n\n" + text_table(head, main_rows)
     if cpu:
         txt += "\n\nCPU during the throughput window (100% = one core):\n" + text_table(CPU_HEAD, cpu)
     n = notes(results) + failures(results, wids)
@@ -354,7 +371,7 @@ def report(results: dict, wids: list[int], out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = results["meta"]["started"].replace(":", "").replace("-", "").replace("T", "-")[:15]
     md = ("# DeltaMQ vs RabbitMQ\n\n" + "\n".join(f"- {x}" for x in header(results)[1:]) + "\n\n"
-          + md_table(HEAD, main_rows) + "\n")
+          + md_table(head, main_rows) + "\n")
     if cpu:
         md += "\n## CPU during the throughput window (100% = one core)\n\n" + md_table(CPU_HEAD, cpu) + "\n"
     if n:
@@ -390,6 +407,7 @@ def main(argv=None) -> int:
     interrupted = False
     try:
         for name in names:
+            broker: DeltaMQ | RabbitMQ
             if name == "deltamq":
                 broker = DeltaMQ(port=a.deltamq_port, exe=a.deltamq_exe, vhost=a.deltamq_vhost, log=log)
                 ok, why = broker.available()
@@ -400,14 +418,16 @@ def main(argv=None) -> int:
             else:
                 broker = RabbitMQ(port=a.rabbitmq_port, log=log)
             broker.nice = a.nice
+            out: dict = {"workloads": {}}
+            results["brokers"][name] = out
             try:
-                results["brokers"][name] = run_broker(broker, a.workload_ids, opt, max(1, a.repeat))
+                run_broker(broker, a.workload_ids, opt, max(1, a.repeat), out)
             except KeyboardInterrupt:
                 raise
             except Exception as e:  # noqa: BLE001
                 log(f"[{name}] FAILED to start/run: {e}")
-                results["brokers"][name] = {"error": str(e).splitlines()[0] if str(e) else repr(e),
-                                            "detail": str(e), "workloads": {}}
+                out["error"] = str(e).splitlines()[0] if str(e) else repr(e)
+                out["detail"] = str(e)
     except KeyboardInterrupt:
         interrupted = True
         log("\ninterrupted; brokers stopped")

@@ -51,7 +51,7 @@ def install(log=print) -> None:
     """apt-get install -y rabbitmq-server (sudo if not root); no-op if installed."""
     if installed():
         return
-    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    sudo = [] if os.geteuid() == 0 else ["sudo"]
     if sudo and shutil.which("sudo") is None:
         raise RuntimeError("rabbitmq-server is not installed and sudo is unavailable; "
                            "run: apt-get install -y rabbitmq-server")

@@ -34,6 +34,7 @@ import traceback
 from array import array
 from dataclasses import dataclass, field
 from time import perf_counter, perf_counter_ns
+from typing import Callable
 
 from . import procutil
 from .amqp import AMQPError, Connection, Publisher, install_uvloop
@@ -108,7 +109,7 @@ class Options:
     drain_timeout: float = 60.0
     mem_messages: int = 1_000_000
     mem_settle: float = 3.0
-    log: object = print
+    log: Callable[[str], None] = print
 
 
 # --------------------------------------------------------------------------
@@ -149,15 +150,15 @@ def build(wid: int, procs: int) -> Workload:
         ex = "bench.w4.fanout"
         queues = [f"bench.w4.q{i}" for i in range(n)]
         prod = ProducerSpec(0, ex, "", gate=list(range(n)))
-        cons = [ConsumerSpec(i, queues[i], no_ack=False, prefetch=MANUAL_ACK_PREFETCH)
-                for i in range(n)]
+        fan = [ConsumerSpec(i, queues[i], no_ack=False, prefetch=MANUAL_ACK_PREFETCH)
+               for i in range(n)]
         if procs >= 2:
             workers = [WorkerSpec(0, [ConnSpec(producers=[prod])])]
-            for k, group in enumerate(_split(cons, procs - 1)):
+            for k, group in enumerate(_split(fan, procs - 1)):
                 workers.append(WorkerSpec(k + 1, [ConnSpec(consumers=[c]) for c in group]))
         else:
             workers = [WorkerSpec(0, [ConnSpec(producers=[prod])]
-                                  + [ConnSpec(consumers=[c]) for c in cons])]
+                                  + [ConnSpec(consumers=[c]) for c in fan])]
         return Workload(4, "fan-out 1→fanout exchange→10 queues", queues, workers, 1, n,
                         {i: [0] for i in range(n)}, exchange=(ex, "fanout"),
                         bindings=[(q, ex, "") for q in queues],
@@ -348,7 +349,8 @@ async def _worker(ws: WorkerSpec, wl: Workload, host: str, port: int, vhost: str
                 await nap(0.005)
         samples = array("q")
         for ch in cons:
-            samples.extend(ch.samples)
+            if ch.samples is not None:
+                samples.extend(ch.samples)
         return samples.tobytes()
     finally:
         await asyncio.gather(*(c.close(timeout=3) for c in conns), return_exceptions=True)
@@ -428,7 +430,7 @@ class _Snap:
     recv: int
     client_cpu: list[float]
     broker_cpu: float
-    machine: tuple[float, float]
+    machine: tuple[int, int, int, int]
     everyone: dict[int, float]
     broker_pids: list[int]
 
@@ -696,11 +698,8 @@ def run_memory(broker, opt: Options) -> dict:
 
 
 def client_uses_uvloop() -> bool:
-    try:
-        import uvloop  # noqa: F401
-        return True
-    except ImportError:
-        return False
+    import importlib.util
+    return importlib.util.find_spec("uvloop") is not None
 
 
 __all__ = ["Options", "Workload", "build", "run", "run_memory", "TITLES", "WorkloadError",

@@ -390,7 +390,7 @@ class AmqpConnection:
             self._connection_method(method)
             return
         if self.state is not State.OPEN:
-            raise errors.ChannelError(f"{method.NAME} on channel {channel} before connection.open-ok")
+            raise errors.UnexpectedFrame(f"{method.NAME} on channel {channel} before connection.open-ok")
         ch = self.channels.get(channel)
         if ch is None:
             if cls is m.ChannelOpen:
@@ -441,6 +441,9 @@ class AmqpConnection:
             pass  # a client may tell us it is blocked; nothing to do
         elif cls in (m.ChannelOpen, m.ChannelClose, m.ChannelFlow):
             raise errors.ChannelError(f"{method.NAME} on channel 0, which is the connection's")
+        elif state is State.OPEN:
+            # RabbitMQ: "CHANNEL_ERROR - unexpected method in connection state running"
+            raise errors.ChannelError(f"unexpected method {method.NAME} in connection state running")
         else:
             raise errors.CommandInvalid(f"{method.NAME} is not valid while {state.value}")
 
