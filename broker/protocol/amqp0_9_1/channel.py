@@ -19,7 +19,7 @@ import struct
 from typing import TYPE_CHECKING, Any, Callable
 
 from broker import errors
-from broker.messaging.message import Message
+from broker.messaging.message import Message, MessageProperties
 from broker.messaging.transaction import AutoCommitTransaction, LocalTransaction
 
 from . import methods as m
@@ -199,9 +199,14 @@ class Channel:
         ns = self.namespace
         self.connection.messages_received += 1
         try:
-            message = Message(exchange=publish.exchange, routing_key=publish.routing_key, body=body,
-                              properties=props, encoded_properties=encoded, codec=CODEC, arrival=ns.clock())  # the namespace's clock: engines have none
-            queues = ns.route(publish.exchange, message)
+            headers = props.headers
+            if headers and ("CC" in headers or "BCC" in headers):
+                message, queues = self._route_sender_selected(publish, body, props)
+            else:
+                message = Message(exchange=publish.exchange, routing_key=publish.routing_key, body=body,
+                                  properties=props, encoded_properties=encoded, codec=CODEC,
+                                  arrival=ns.clock())  # the namespace's clock: engines have none
+                queues = ns.route(publish.exchange, message)
         except errors.BrokerError as exc:
             if exc.hard:
                 self.connection.hard_error_in_method(exc, publish)
@@ -223,6 +228,32 @@ class Channel:
             if not queue.enqueue(message):
                 accepted = False
         self._confirm(accepted)
+
+    def _route_sender_selected(self, publish: m.BasicPublish, body: bytes,
+                               props: MessageProperties) -> tuple[Message, list[Queue]]:
+        """RabbitMQ's sender-selected distribution: the ``CC`` and ``BCC`` headers
+        (arrays of routing keys) route the message with those keys too, and
+        ``BCC`` is removed before anyone sees it."""
+        headers = dict(props.headers or {})
+        keys = [publish.routing_key]
+        for name in ("CC", "BCC"):
+            extra = headers.get(name)
+            if extra is None:
+                continue
+            if not isinstance(extra, list) or not all(isinstance(k, (str, bytes)) for k in extra):
+                raise errors.PreconditionFailed(f"header '{name}' must be an array of routing keys")
+            keys += [k.decode("utf-8", "replace") if isinstance(k, bytes) else k for k in extra]
+        headers.pop("BCC", None)
+        ns = self.namespace
+        message = Message(exchange=publish.exchange, routing_key=publish.routing_key, body=body,
+                          properties=props.replace(headers=headers), arrival=ns.clock())
+        queues: dict[int, Queue] = {}
+        for key in dict.fromkeys(keys):
+            probe = message if key == publish.routing_key else Message(
+                exchange=publish.exchange, routing_key=key, body=body, properties=props, arrival=message.arrival)
+            for queue in ns.route(publish.exchange, probe):
+                queues.setdefault(id(queue), queue)
+        return message, list(queues.values())
 
     def _confirm(self, accepted: bool) -> None:
         if self.mode is not Mode.CONFIRM:

@@ -407,3 +407,19 @@ def test_blocked_publisher_is_held_but_can_still_close(host: FakeHost, client: C
     client.send(0, m.ConnectionClose(reply_code=200))  # channel 0 is never held
     client.expect(m.ConnectionCloseOk, 0)
     assert client.server.closed
+
+
+def test_sender_selected_distribution_cc_and_bcc(client: Client) -> None:
+    for q in ("main", "copy", "blind"):
+        client.send(1, m.QueueDeclare(queue=q))
+        client.expect(m.QueueDeclareOk)
+    client.publish(1, "", "main", b"memo", MessageProperties(headers={"CC": ["copy"], "BCC": ["blind"], "k": 1}))
+    seen = {}
+    for q in ("main", "copy", "blind"):
+        client.send(1, m.BasicGet(queue=q, no_ack=True))
+        d = client.expect(Delivery)
+        seen[q] = d
+        assert d.body == b"memo" and d.method.routing_key == "main"
+    # CC stays visible, BCC never reaches a consumer
+    assert seen["copy"].properties.headers == {"CC": ["copy"], "k": 1}
+    assert "BCC" not in seen["blind"].properties.headers
