@@ -9,21 +9,20 @@ closes every connection with 320 CONNECTION_FORCED before exiting.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
 import sys
 import time
-from functools import partial
 from typing import Any
 
 import anyio
-from anyio.abc import TaskGroup
 
 from broker import __version__, errors
 from broker.protocol.amqp0_9_1.connection import AmqpConnection
 from broker.protocol.detect import AmqpVersion
-from broker.transport.tcp import ConnectionRegistry, close_all, serve_stream
+from broker.transport.tcp import AmqpProtocol, ConnectionRegistry, close_all
 
 log = logging.getLogger("deltamq")
 
@@ -127,8 +126,7 @@ class MemoryAlarm:
             log.warning("memory alarm %s: %d bytes in use, limit %d",
                         "set" if blocked else "cleared", used, self.limit)
             for registry in self.registries:
-                for engine in list(registry.engines):
-                    engine.set_blocked(blocked)
+                registry.set_blocked(blocked)
 
 
 def resident_memory() -> int:
@@ -157,7 +155,8 @@ async def _watch_memory(alarm: MemoryAlarm) -> None:
         await anyio.sleep(MEMORY_CHECK_INTERVAL)
 
 
-async def _serve_port(tg: TaskGroup, broker: Any, port: Any, alarm: MemoryAlarm) -> ConnectionRegistry:
+async def _serve_port(servers: list[asyncio.AbstractServer], broker: Any, port: Any,
+                      alarm: MemoryAlarm) -> ConnectionRegistry:
     host = BrokerHost(broker, port, alarm)
     supported = frozenset(IMPLEMENTED[p.name] for p in port.protocols if p.name in IMPLEMENTED)
     registry = ConnectionRegistry(max_connections=int(port.max_open_connections))
@@ -168,10 +167,11 @@ async def _serve_port(tg: TaskGroup, broker: Any, port: Any, alarm: MemoryAlarm)
                               port_name=port.name)
 
     local_host = port.local_host
-    listener = await anyio.create_tcp_listener(local_host=local_host, local_port=int(port.port),
-                                               reuse_port=False, backlog=4096)
-    handler = partial(serve_stream, engine_factory=engine_factory, supported=supported, registry=registry)
-    tg.start_soon(listener.serve, handler)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(
+        lambda: AmqpProtocol(engine_factory, supported, registry),
+        host=local_host, port=int(port.port), backlog=4096, reuse_address=True)
+    servers.append(server)
     log.info("AMQP port '%s' listening on %s:%s (%s)", port.name, local_host or "*", port.port,
              ", ".join(sorted(v.value for v in supported)))
     return registry
@@ -181,9 +181,10 @@ async def _main(system: Any) -> None:
     broker = system.broker
     alarm = MemoryAlarm(int(broker.memory_high_watermark))
     registries: list[ConnectionRegistry] = []
+    servers: list[asyncio.AbstractServer] = []
     async with anyio.create_task_group() as tg:
         for port in broker.ports("AMQP"):
-            registries.append(await _serve_port(tg, broker, port, alarm))
+            registries.append(await _serve_port(servers, broker, port, alarm))
         for vhost in broker.virtual_hosts:
             if getattr(vhost, "namespace", None) is not None:
                 tg.start_soon(_run_timers, vhost.namespace)
@@ -193,6 +194,8 @@ async def _main(system: Any) -> None:
             async for signum in signals:
                 log.info("received %s: shutting down", signal.Signals(signum).name)
                 break
+        for server in servers:
+            server.close()
         for registry in registries:
             await close_all(registry, "broker forced connection closure with reason 'shutdown'")
         tg.cancel_scope.cancel()

@@ -130,8 +130,9 @@ def test_client_vanishing_mid_message(broker: BrokerEndpoint, cut: str, reset: b
                 observer.channel().queue_declare(own, passive=True)
                 return False
             except pika.exceptions.ChannelClosedByBroker as e:
-                assert e.reply_code == 404
-                return True
+                # 405: still locked by the vanished connection, not cleaned up *yet*
+                assert e.reply_code in (404, 405)
+                return e.reply_code == 404
         eventually(own_queue_gone, what="the vanished client's exclusive queue deleted")
 
         # others are served, and nothing half-published shows up
