@@ -64,7 +64,6 @@ class Channel:
         self.prefetch_size = 0
         self.consumer_prefetch = 0       # applied to new consumers (global=false)
         # publisher confirms
-        self.confirm_pending = False
         self._publish_seq = 0
         self._acked_upto = 0
         self.last_queue_name = ""
@@ -259,7 +258,7 @@ class Channel:
         if self.mode is not Mode.CONFIRM:
             return
         if accepted:
-            self.confirm_pending = True
+            self.connection.confirms_due.add(self)
             return
         # reject-publish: everything before this one is acked, this one nacked
         seq = self._publish_seq
@@ -270,7 +269,6 @@ class Channel:
 
     def flush_confirms(self) -> None:
         """Acknowledge every publish so far with one basic.ack(multiple) (spec ext. confirms)."""
-        self.confirm_pending = False
         if self._publish_seq > self._acked_upto and not self.closing:
             self._send_ack_upto(self._publish_seq if self._publish is None else self._publish_seq - 1)
 
@@ -567,6 +565,8 @@ class Channel:
             self.resume_deliveries()
 
     def _channel_close(self, method: m.ChannelClose) -> None:
+        self.flush_confirms()                  # publishes before the close are confirmed first
+        self.connection.confirms_due.discard(self)
         self.release_all()
         self.connection.send_method(self.number, m.ChannelCloseOk())
         self.connection.channel_closed(self.number)
@@ -588,6 +588,7 @@ class Channel:
         log.debug("closing channel %d: %s", self.number, exc.reply_text)
         self.release_all()
         self.closing = True
+        self.connection.confirms_due.discard(self)
         self.connection.send_method(self.number, m.ChannelClose(
             reply_code=exc.reply_code, reply_text=exc.reply_text[:255], class_id=class_id, method_id=method_id))
 

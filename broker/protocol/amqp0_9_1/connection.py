@@ -126,6 +126,7 @@ class AmqpConnection:
         self.heartbeat = 0
         self.channels: dict[int, Channel] = {}
         self._dispatch_pending: set[Any] = set()
+        self.confirms_due: set[Channel] = set()    # channels owing basic.ack for publishes
         self.blocked = False
         self._block_reason = ""
         self._told_blocked = False
@@ -334,8 +335,9 @@ class AmqpConnection:
                 queue.dispatch()
 
     def _after_input(self) -> None:
-        for ch in self.channels.values():
-            if ch.confirm_pending:
+        if self.confirms_due:
+            due, self.confirms_due = self.confirms_due, set()
+            for ch in due:
                 ch.flush_confirms()
         if self._dispatch_pending:
             self._run_dispatch()

@@ -423,3 +423,16 @@ def test_sender_selected_distribution_cc_and_bcc(client: Client) -> None:
     # CC stays visible, BCC never reaches a consumer
     assert seen["copy"].properties.headers == {"CC": ["copy"], "k": 1}
     assert "BCC" not in seen["blind"].properties.headers
+
+
+def test_confirms_go_out_before_close_ok_in_the_same_read(client: Client) -> None:
+    client.send(1, m.ConfirmSelect())
+    client.expect(m.ConfirmSelectOk)
+    client.send(1, m.QueueDeclare(queue="cc"))
+    client.expect(m.QueueDeclareOk)
+    client.raw(client.publish_bytes(1, "", "cc", b"a") + client.publish_bytes(1, "", "cc", b"b")
+               + client.encode(1, m.ChannelClose(reply_code=200)))
+    ack = client.expect(m.BasicAck, 1)
+    assert ack.delivery_tag == 2 and ack.multiple
+    client.expect(m.ChannelCloseOk, 1)
+    assert client.take() == []
