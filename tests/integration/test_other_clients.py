@@ -1,7 +1,9 @@
-"""Clients in other languages, unmodified: Node's amqplib (from npm).
+"""Clients in other languages, unmodified: Node's amqplib (from npm) and the
+RabbitMQ Java client (from Maven Central).
 
-The client's own package manager installs it into this directory's
-node_modules (npm is part of the machine set-up; nothing is installed by hand).
+Each client's own package manager fetches it — npm into clients/node/node_modules,
+Maven into ~/.m2 — so nothing is installed by hand (Node.js, npm, a JDK and Maven
+are part of the documented machine set-up).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from .support import BrokerEndpoint
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 NODE_DIR = Path(__file__).parent / "clients" / "node"
+JAVA_DIR = Path(__file__).parent / "clients" / "java"
+JAVA_ARTIFACTS = [("com.rabbitmq", "amqp-client", "5.21.0"), ("org.slf4j", "slf4j-api", "1.7.36")]
 
 
 @pytest.fixture(scope="module")
@@ -37,5 +41,35 @@ def test_node_amqplib(amqplib: Path, broker: BrokerEndpoint) -> None:
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen["count"] == 100 and seen["bodiesInOrder"] is True
+    assert seen["returned"] == "NO_ROUTE"
+    assert seen["passiveMissing"] == 404 and seen["stillUsable"] is True
+
+
+@pytest.fixture(scope="module")
+def java_client(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    for tool in ("java", "javac", "mvn"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} is part of the documented machine set-up, but is missing")
+    repo = Path.home() / ".m2" / "repository"
+    jars = []
+    for group, artifact, version in JAVA_ARTIFACTS:
+        jar = repo.joinpath(*group.split("."), artifact, version, f"{artifact}-{version}.jar")
+        if not jar.exists():
+            subprocess.run(["mvn", "-q", "dependency:get", f"-Dartifact={group}:{artifact}:{version}"],
+                           check=True, timeout=240)
+        jars.append(str(jar))
+    build = tmp_path_factory.mktemp("java-client")
+    subprocess.run(["javac", "-cp", ":".join(jars), "-d", str(build), str(JAVA_DIR / "Check.java")],
+                   check=True, timeout=120)
+    return ["java", "-cp", ":".join([str(build), *jars]), "Check"]
+
+
+def test_rabbitmq_java_client(java_client: list[str], broker: BrokerEndpoint) -> None:
+    url = f"amqp://{broker.user}:{broker.password}@{broker.host}:{broker.port}/%2F"
+    out = subprocess.run([*java_client, url], capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["confirmed"] is True and seen["allDelivered"] is True
+    assert seen["highFirst"] is True
     assert seen["returned"] == "NO_ROUTE"
     assert seen["passiveMissing"] == 404 and seen["stillUsable"] is True
