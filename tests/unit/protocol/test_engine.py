@@ -436,3 +436,15 @@ def test_confirms_go_out_before_close_ok_in_the_same_read(client: Client) -> Non
     assert ack.delivery_tag == 2 and ack.multiple
     client.expect(m.ChannelCloseOk, 1)
     assert client.take() == []
+
+
+def test_qpid_exchange_bound(client: Client) -> None:
+    client.send(1, m.QueueDeclare(queue="bq"))
+    client.expect(m.QueueDeclareOk)
+    client.send(1, m.QueueBind(queue="bq", exchange="amq.direct", routing_key="k"))
+    client.expect(m.QueueBindOk)
+    # Qpid's codes: 0 ok, 1 exchange not found, 2 queue not found, 6 queue not bound with that key
+    for exchange, queue, key, code in (("amq.direct", "bq", "k", 0), ("nope", "bq", "k", 1),
+                                       ("amq.direct", "nope", "k", 2), ("amq.direct", "bq", "other", 6)):
+        client.send(1, m.ExchangeBound(exchange=exchange, queue=queue, routing_key=key))
+        assert client.expect(m.ExchangeBoundOk, 1).reply_code == code, (exchange, queue, key)
