@@ -82,7 +82,8 @@ class Namespace:
                  wall_clock: Callable[[], float] = time.time) -> None:
         """``clock`` (monotonic seconds) times TTL and expiry; ``wall_clock`` stamps x-death."""
         self.vhost_name = vhost_name
-        self.listeners: list[NamespaceListener] = []
+        self.listeners: list[NamespaceListener] = []      # told of durable objects (to store them)
+        self.observers: list[NamespaceListener] = []      # told of every object (the model's views)
         #: the broker clock (monotonic seconds): engines stamp Message.arrival with it
         self.clock = clock
         self._wall_clock = wall_clock
@@ -521,11 +522,15 @@ class Namespace:
         return obj.durable
 
     def _created(self, obj: DurableObject) -> None:
+        for observer in self.observers:
+            observer.object_created(obj)
         if self.listeners and not self._restoring and self.is_durable_object(obj):
             for listener in self.listeners:
                 listener.object_created(obj)
 
     def _deleted(self, obj: DurableObject) -> None:
+        for observer in self.observers:
+            observer.object_deleted(obj)
         if self.listeners and not self._restoring and self.is_durable_object(obj):
             for listener in self.listeners:
                 listener.object_deleted(obj)
@@ -563,10 +568,11 @@ class Namespace:
         cls = EXCHANGE_TYPES.get(record["type"])
         if cls is None:
             raise CommandInvalid(f"invalid exchange type '{record['type']}'")
-        self._exchanges[name] = cls(
+        exchange = self._exchanges[name] = cls(
             name, vhost=self.vhost_name, durable=record.get("durable", True),
             auto_delete=record.get("auto_delete", False), internal=record.get("internal", False),
             arguments=from_json_value(record.get("arguments") or {}))
+        self._created(exchange)
 
     def _restore_queue(self, record: Mapping[str, Any]) -> None:
         name = record["name"]

@@ -33,8 +33,11 @@ TREE: dict[str, tuple[str, ...]] = {
     "Port": (),
     "User": (),
     "VirtualHostNode": ("VirtualHost",),
-    # Exchange and Queue are owned by the messaging layer's Namespace for now.
-    "VirtualHost": ("Connection",),
+    # Exchange and Queue are live views of the messaging layer's Namespace
+    # (broker.model.messaging_objects); bindings are an attribute of exchanges.
+    "VirtualHost": ("Exchange", "Queue", "Connection"),
+    "Exchange": (),
+    "Queue": (),
     "Connection": ("Session",),
     "Session": ("Consumer",),
     "Consumer": (),

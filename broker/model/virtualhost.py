@@ -26,6 +26,9 @@ from broker.model import registry
 from broker.model.attributes import attribute, derived
 from broker.model.config_store import ConfigurationRecord, DurableConfigurationStore
 from broker.model.configured_object import ConfiguredObject
+from broker.model.messaging_objects import Exchange as ModelExchange
+from broker.model.messaging_objects import NamespaceMirror, NamespaceRecords
+from broker.model.messaging_objects import Queue as ModelQueue
 from broker.model.persistence import StoreBinding, recover
 from broker.model.port import PortProtocol, Transport
 from broker.model.runtime import Connection, next_connection_name
@@ -34,6 +37,10 @@ if TYPE_CHECKING:
     from broker.messaging.namespace import Namespace
 
 NamespaceFactory = Callable[[str], Any]
+
+
+#: record categories a virtual host node's store holds for the namespace, not the model
+NAMESPACE_CATEGORIES = frozenset(NamespaceRecords.CATEGORY.values())
 
 
 class VirtualHostNode(ConfiguredObject):
@@ -82,7 +89,8 @@ class VirtualHostNode(ConfiguredObject):
             blueprint.setdefault("name", self.name)
             store.save([ConfigurationRecord(str(uuid.uuid4()), "VirtualHost", None, blueprint)])
             records = store.recover()
-        recover(self, records)
+        # exchanges, queues and bindings are the virtual host's to restore (into its namespace)
+        recover(self, [r for r in records if r.category not in NAMESPACE_CATEGORIES])
         self._binding = StoreBinding(self, store)
         self._binding.attach()
 
@@ -106,6 +114,7 @@ class VirtualHost(ConfiguredObject):
         super().__init__(parent, attributes, id=id)
         #: exchanges, queues and bindings; set on open, never persisted
         self.namespace: Namespace | None = None
+        self._mirror: NamespaceMirror | None = None
 
     @property
     def node(self) -> VirtualHostNode:
@@ -126,10 +135,31 @@ class VirtualHost(ConfiguredObject):
 
     def on_open(self) -> None:
         factory = cast("NamespaceFactory | None", getattr(self.root, "namespace_factory", None))
-        self.namespace = (factory or messaging_namespace)(self.name)
+        namespace = self.namespace = (factory or messaging_namespace)(self.name)
+        store = getattr(self.parent, "store", None)
+        if store is not None and hasattr(namespace, "listeners"):
+            # durable exchanges, queues and bindings: back from the store, and
+            # written through to it as clients declare and delete them
+            records = NamespaceRecords(self, store)
+            records.restore(namespace)
+            namespace.listeners.append(records)
+        if hasattr(namespace, "observers"):
+            self._mirror = NamespaceMirror(self, namespace)
+            self._mirror.attach()
 
     def on_close(self) -> None:
+        if self._mirror is not None:
+            self._mirror.detach()
+            self._mirror = None
         self.namespace = None
+
+    @property
+    def exchanges(self) -> list[ModelExchange]:
+        return cast("list[ModelExchange]", self.children("Exchange"))
+
+    @property
+    def queues(self) -> list[ModelQueue]:
+        return cast("list[ModelQueue]", self.children("Queue"))
 
     def register_connection(
         self, *, remote_address: str, protocol: PortProtocol | str,
