@@ -30,18 +30,18 @@ if TYPE_CHECKING:
     from broker.messaging.queue import Queue as LiveQueue
 
 
-class Exchange(RuntimeObject):
-    category = "Exchange"
+class NamespaceObject(RuntimeObject):
+    """What exchanges and queues share: a name, a live object, the declared basics."""
 
-    def __init__(self, parent: ConfiguredObject | None, live: LiveExchange, namespace: Namespace) -> None:
+    def __init__(self, parent: ConfiguredObject | None, live: Any, namespace: Namespace) -> None:
         super().__init__(parent, {"name": live.name or "<default>"})
-        self.live: LiveExchange | None = live
+        self.live: Any = live
         self.namespace = namespace
 
     def _get(self, name: str, default: Any = None) -> Any:
         return getattr(self.live, name, default) if self.live is not None else default
 
-    @derived(str, description="direct, fanout, topic or headers")
+    @derived(str, description="Exchange: direct, fanout, topic, headers; queue: standard, priority, lvq, sorted")
     def type(self) -> str:
         return str(self._get("type", ""))
 
@@ -51,68 +51,54 @@ class Exchange(RuntimeObject):
     def is_durable(self) -> bool:
         return bool(self._get("durable", False))
 
-    @derived(bool, description="Deleted when its last binding is removed")
+    @derived(bool, description="Exchange: deleted with its last binding; queue: with its last consumer")
     def auto_delete(self) -> bool:
         return bool(self._get("auto_delete", False))
+
+    @derived(dict, description="Declaration arguments (RabbitMQ's and Broker-J's names)")
+    def arguments(self) -> dict[str, Any]:
+        return dict(self._get("arguments", None) or {})
+
+    def unregister(self) -> None:
+        """The namespace deleted the real object: only the view goes."""
+        self.live = None
+        super().unregister()
+
+    def on_delete(self) -> None:
+        """Management deletes the view: delete the real object."""
+        live, self.live = self.live, None
+        if live is not None:
+            self.delete_live(live)
+
+    def delete_live(self, live: Any) -> None:
+        raise NotImplementedError      # each category knows how its objects are deleted
+
+
+class Exchange(NamespaceObject):
+    category = "Exchange"
 
     @derived(bool, description="Cannot be published to directly, only through exchange bindings")
     def internal(self) -> bool:
         return bool(self._get("internal", False))
 
-    @derived(dict, description="Declaration arguments (e.g. alternate-exchange)")
-    def arguments(self) -> dict[str, Any]:
-        return dict(self._get("arguments", None) or {})
-
     @derived(list, description="Bindings from this exchange: destination, binding key, arguments")
     def bindings(self) -> list[dict[str, Any]]:
-        live = self.live
+        live: LiveExchange | None = self.live
         if live is None:
             return []
         return [{"destination": b.destination.name, "bindingKey": b.routing_key,
                  "arguments": dict(b.arguments or {})} for b in live.bindings.values()]
 
-    def unregister(self) -> None:
-        self.live = None
-        super().unregister()
-
-    def on_delete(self) -> None:
-        live, self.live = self.live, None
-        if live is not None:
-            self.namespace.delete_exchange(live.name)
+    def delete_live(self, live: LiveExchange) -> None:
+        self.namespace.delete_exchange(live.name)
 
 
-class Queue(RuntimeObject):
+class Queue(NamespaceObject):
     category = "Queue"
-
-    def __init__(self, parent: ConfiguredObject | None, live: LiveQueue, namespace: Namespace) -> None:
-        super().__init__(parent, {"name": live.name})
-        self.live: LiveQueue | None = live
-        self.namespace = namespace
-
-    def _get(self, name: str, default: Any = None) -> Any:
-        return getattr(self.live, name, default) if self.live is not None else default
-
-    @derived(str, description="standard, priority, lvq or sorted")
-    def type(self) -> str:
-        return str(self._get("type", ""))
-
-    # "durable" on the wire; the Python name differs because the class flag
-    # ``durable`` tells the model's store binding whether to persist the view
-    @derived(bool, name="durable", description="Survives a broker restart")
-    def is_durable(self) -> bool:
-        return bool(self._get("durable", False))
-
-    @derived(bool, description="Deleted when its last consumer goes")
-    def auto_delete(self) -> bool:
-        return bool(self._get("auto_delete", False))
 
     @derived(bool, description="Owned by one connection, deleted with it")
     def exclusive(self) -> bool:
         return self._get("exclusive_owner") is not None
-
-    @derived(dict, description="Declaration arguments (RabbitMQ's and Broker-J's names)")
-    def arguments(self) -> dict[str, Any]:
-        return dict(self._get("arguments", None) or {})
 
     @derived(int, description="Messages ready for delivery")
     def queue_depth_messages(self) -> int:
@@ -130,14 +116,8 @@ class Queue(RuntimeObject):
     def consumer_count(self) -> int:
         return int(self._get("consumer_count", 0))
 
-    def unregister(self) -> None:
-        self.live = None
-        super().unregister()
-
-    def on_delete(self) -> None:
-        live, self.live = self.live, None
-        if live is not None:
-            self.namespace.delete_queue(live.name, owner=live.exclusive_owner)
+    def delete_live(self, live: LiveQueue) -> None:
+        self.namespace.delete_queue(live.name, owner=live.exclusive_owner)
 
 
 class NamespaceMirror:
@@ -146,7 +126,7 @@ class NamespaceMirror:
     def __init__(self, vhost: ConfiguredObject, namespace: Namespace) -> None:
         self.vhost = vhost
         self.namespace = namespace
-        self._views: dict[int, RuntimeObject] = {}
+        self._views: dict[int, NamespaceObject] = {}
 
     def attach(self) -> None:
         for exchange in self.namespace.exchanges.values():
@@ -163,7 +143,7 @@ class NamespaceMirror:
         from broker.messaging.exchange import Exchange as LiveExchange
         from broker.messaging.queue import Queue as LiveQueue
 
-        view: RuntimeObject
+        view: NamespaceObject
         if isinstance(obj, LiveExchange):
             view = Exchange(self.vhost, obj, self.namespace)
         elif isinstance(obj, LiveQueue):
