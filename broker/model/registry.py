@@ -61,6 +61,7 @@ BUILTIN_PLUGINS: dict[tuple[str, str], str] = {
     ("deltamq.auth", "PasswordFile"):
         "broker.security.password_file:PasswordFileAuthenticationProvider",
     ("deltamq.auth", "Anonymous"): "broker.security.anonymous:AnonymousAuthenticationProvider",
+    ("deltamq.stores", "delta"): "lakehouse.config_store:DeltaConfigurationStore",
     ("deltamq.ports", "AMQP"): "broker.model.port:AmqpPort",
     ("deltamq.ports", "HTTP"): "broker.model.port:HttpPort",
     ("deltamq.stores", "memory"): "broker.model.config_store:MemoryConfigurationStore",

@@ -99,3 +99,32 @@ def test_sigterm_closes_clients_with_connection_forced(own_broker: DeltaMQProces
             conn.process_data_events(time_limit=0.2)
     assert info.value.reply_code == 320
     assert own_broker.proc.wait(timeout=10) == 0
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_durable_topology_survives_a_restart(own_broker: DeltaMQProcess, stop_signal: int) -> None:
+    conn = pika.BlockingConnection(_params(own_broker))
+    ch = conn.channel()
+    ch.exchange_declare("orders", "topic", durable=True)
+    ch.queue_declare("billing", durable=True, arguments={"x-max-priority": 5})
+    ch.queue_bind("billing", "orders", "order.#")
+    ch.exchange_declare("scratch-x", "fanout", durable=False)
+    ch.queue_declare("scratch-q", durable=False)
+    # declare-ok means it is on disk: even SIGKILL right now must not lose it
+    assert own_broker.proc is not None
+    os.killpg(own_broker.proc.pid, stop_signal)
+    own_broker.proc.wait(timeout=20)
+    own_broker.start()
+
+    conn = pika.BlockingConnection(_params(own_broker))
+    ch = conn.channel()
+    assert ch.queue_declare("billing", passive=True).method.message_count == 0
+    ch.exchange_declare("orders", "topic", passive=True)
+    ch.basic_publish("orders", "order.created", b"routed after restart")
+    assert ch.basic_get("billing", auto_ack=True)[2] == b"routed after restart"
+    for check in (lambda c: c.queue_declare("scratch-q", passive=True),
+                  lambda c: c.exchange_declare("scratch-x", "fanout", passive=True)):
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+            check(conn.channel())
+        assert info.value.reply_code == 404
+    conn.close()

@@ -61,7 +61,8 @@ def test_password_file_is_created_with_guest(system: SystemConfig, tmp_path: Pat
 def test_default_virtual_host(system: SystemConfig) -> None:
     broker = system.broker
     [node] = broker.virtual_host_nodes
-    assert (node.name, node.type) == ("default", "memory")
+    assert (node.name, node.type) == ("default", "delta")     # durable state in Delta tables
+    assert type(node.store).__name__ == "DeltaConfigurationStore"
     vhost = broker.find_virtual_host("default")
     assert vhost is not None and vhost.state is State.ACTIVE
     assert broker.find_virtual_host("/") is vhost

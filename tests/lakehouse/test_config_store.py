@@ -1,0 +1,111 @@
+"""The ``delta`` configuration store: a Delta table of configuration changes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from broker.messaging.message import Message, MessageProperties
+from broker.model import load_system_config
+from broker.model.config_store import ConfigurationRecord
+from lakehouse.config_store import CONFIG_SCHEMA, DeltaConfigurationStore
+from lakehouse.delta_table import AppendOnlyTable
+
+
+def _records(store: DeltaConfigurationStore) -> dict[str, ConfigurationRecord]:
+    return {r.id: r for r in store.recover()}
+
+
+def test_changes_survive_reopening(tmp_path: Path) -> None:
+    store = DeltaConfigurationStore(str(tmp_path))
+    store.open()
+    assert store.recover() == []
+    store.save([ConfigurationRecord("vh", "VirtualHost", None, {"name": "default"}),
+                ConfigurationRecord("q1", "Queue", "vh", {"name": "orders", "durable": True})])
+    store.save([ConfigurationRecord("q2", "Queue", "vh", {"name": "billing"})])
+    store.save([ConfigurationRecord("q1", "Queue", "vh", {"name": "orders", "durable": True, "v": 2})])
+    store.remove(["q2"])
+    store.close()
+
+    again = DeltaConfigurationStore(str(tmp_path))
+    again.open()
+    records = again.recover()
+    assert [r.id for r in records] == ["vh", "q1"]          # parents first
+    assert _records(again)["q1"].attributes == {"name": "orders", "durable": True, "v": 2}
+
+
+def test_the_store_keeps_what_was_written_not_the_callers_object(tmp_path: Path) -> None:
+    store = DeltaConfigurationStore(str(tmp_path))
+    store.open()
+    attributes = {"name": "orders"}
+    store.save([ConfigurationRecord("q", "Queue", None, attributes)])
+    attributes["name"] = "changed later"
+    assert _records(store)["q"].attributes == {"name": "orders"}
+
+
+def test_every_commit_is_fsynced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = DeltaConfigurationStore(str(tmp_path))
+    store.open()
+    synced: list[str] = []
+    real_open = os.open
+
+    def tracking_open(path: object, *args: object, **kwargs: object) -> int:
+        fd = real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+        names[fd] = str(path)
+        return fd
+
+    names: dict[int, str] = {}
+    monkeypatch.setattr(os, "open", tracking_open)
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(names[fd]))
+    store.save([ConfigurationRecord("q", "Queue", None, {"name": "orders"})])
+    table = tmp_path / "config"
+    log = table / "_delta_log"
+    commit = log / f"{store.table.version:020d}.json"
+    added = [json.loads(line)["add"]["path"] for line in commit.read_text().splitlines()
+             if "add" in json.loads(line)]
+    assert added and all(str(table / p) in synced for p in added)
+    assert str(commit) in synced and str(log) in synced and str(table) in synced
+
+
+def test_the_table_is_plain_delta_with_the_documented_schema(tmp_path: Path) -> None:
+    store = DeltaConfigurationStore(str(tmp_path))
+    store.open()
+    store.save([ConfigurationRecord("q", "Queue", None, {"name": "orders"})])
+    table = AppendOnlyTable(tmp_path / "config", CONFIG_SCHEMA)
+    rows = table.read("SELECT id, category, op, attributes FROM t").to_pylist()
+    assert rows == [{"id": "q", "category": "Queue", "op": "save", "attributes": '{"name": "orders"}'}]
+    from deltalake import DeltaTable
+
+    delta = DeltaTable(str(tmp_path / "config"))
+    assert (delta.protocol().min_reader_version, delta.protocol().min_writer_version) == (1, 2)
+    assert delta.metadata().configuration["delta.appendOnly"] == "true"
+
+
+def test_durable_topology_survives_a_restart_of_the_model(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "name": "b", "authenticationproviders": [{"name": "anon", "type": "Anonymous"}],
+        "ports": [{"name": "amqp", "port": "5999", "authenticationProvider": "anon"}],
+        "virtualhostnodes": [{"name": "node", "type": "delta", "storePath": str(tmp_path / "node")}],
+    }))
+    system = load_system_config(str(config), {"deltamq.data_dir": str(tmp_path)})
+    ns = system.broker.find_virtual_host("node").namespace
+    ns.declare_exchange("orders", "topic", durable=True)
+    ns.declare_queue("billing", durable=True, arguments={"x-max-priority": 3})
+    ns.bind_queue("billing", "orders", "order.#")
+    ns.declare_queue("scratch")                              # not durable
+    system.close()
+
+    system = load_system_config(str(config), {"deltamq.data_dir": str(tmp_path)})
+    vhost = system.broker.find_virtual_host("node")
+    ns = vhost.namespace
+    assert "billing" in ns.queues and "scratch" not in ns.queues
+    assert ns.queue("billing").type == "priority"
+    message = Message(exchange="orders", routing_key="order.created", body=b"x",
+                      properties=MessageProperties(), arrival=0.0)
+    assert [q.name for q in ns.route("orders", message)] == ["billing"]
+    assert vhost.child("Queue", "billing") is not None      # and it is in the model tree
+    system.close()
