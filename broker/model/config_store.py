@@ -15,7 +15,10 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from broker.messaging.termini import MemoryTerminusStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +87,12 @@ class MemoryConfigurationStore:
     def remove(self, ids: Iterable[str]) -> None:
         for record_id in ids:
             self._records.pop(record_id, None)
+
+    def terminus_store(self) -> MemoryTerminusStore:
+        """AMQP 1.0 link termini of a memory node: kept only while the broker runs."""
+        from broker.messaging.termini import MemoryTerminusStore
+
+        return MemoryTerminusStore()
 
     def close(self) -> None:
         self.opened = False

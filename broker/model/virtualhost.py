@@ -35,6 +35,7 @@ from broker.model.runtime import Connection, next_connection_name
 
 if TYPE_CHECKING:
     from broker.messaging.namespace import Namespace
+    from broker.messaging.termini import TerminusStore
 
 NamespaceFactory = Callable[[str], Any]
 
@@ -60,6 +61,7 @@ class VirtualHostNode(ConfiguredObject):
                  *, id: str | None = None) -> None:
         super().__init__(parent, attributes, id=id)
         self.store: DurableConfigurationStore | None = None
+        self.termini: TerminusStore | None = None
         self._binding: StoreBinding | None = None
 
     @property
@@ -93,8 +95,16 @@ class VirtualHostNode(ConfiguredObject):
         recover(self, [r for r in records if r.category not in NAMESPACE_CATEGORIES])
         self._binding = StoreBinding(self, store)
         self._binding.attach()
+        # AMQP 1.0 link termini are kept apart from configuration (Link Registry design)
+        terminus_store = getattr(store, "terminus_store", None)
+        if terminus_store is not None:
+            self.termini = terminus_store()
+            self.termini.open()
 
     def on_close(self) -> None:
+        if self.termini is not None:
+            self.termini.close()
+            self.termini = None
         if self._binding is not None:
             self._binding.detach()
             self._binding = None

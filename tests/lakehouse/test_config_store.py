@@ -76,7 +76,7 @@ def test_the_table_is_plain_delta_with_the_documented_schema(tmp_path: Path) -> 
     store.save([ConfigurationRecord("q", "Queue", None, {"name": "orders"})])
     table = AppendOnlyTable(tmp_path / "config", CONFIG_SCHEMA)
     rows = table.read("SELECT id, category, op, attributes FROM t").to_pylist()
-    assert rows == [{"id": "q", "category": "Queue", "op": "save", "attributes": '{"name": "orders"}'}]
+    assert rows == [{"id": "q", "category": "Queue", "op": "save", "attributes": "{\"name\": \"orders\"}"}]
     from deltalake import DeltaTable
 
     delta = DeltaTable(str(tmp_path / "config"))
