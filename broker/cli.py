@@ -56,7 +56,17 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     _add_serve(commands)
     _add_user(commands)
+    _add_plugin_commands(commands)
     return parser
+
+
+def _add_plugin_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Commands other packages contribute through the ``deltamq.commands`` entry points."""
+    from broker.model import registry
+
+    for name in registry.plugin_names(registry.COMMAND_GROUP):
+        add_command = registry.load_plugin(registry.COMMAND_GROUP, name, what="command")
+        add_command(commands)
 
 
 # -- serve ------------------------------------------------------------------------------

@@ -50,6 +50,8 @@ TYPE_GROUPS: dict[str, str] = {
 }
 
 STORE_GROUP = "deltamq.stores"
+#: command-line commands contributed by other packages (``deltamq sql`` from lakehouse)
+COMMAND_GROUP = "deltamq.commands"
 
 #: categories whose ``type`` names a plugin of another kind than the category
 #: itself (a VirtualHostNode's type is the store it keeps its data in).
@@ -62,6 +64,7 @@ BUILTIN_PLUGINS: dict[tuple[str, str], str] = {
         "broker.security.password_file:PasswordFileAuthenticationProvider",
     ("deltamq.auth", "Anonymous"): "broker.security.anonymous:AnonymousAuthenticationProvider",
     ("deltamq.stores", "delta"): "lakehouse.config_store:DeltaConfigurationStore",
+    ("deltamq.commands", "sql"): "lakehouse.sql_command:add_command",
     ("deltamq.ports", "AMQP"): "broker.model.port:AmqpPort",
     ("deltamq.ports", "HTTP"): "broker.model.port:HttpPort",
     ("deltamq.stores", "memory"): "broker.model.config_store:MemoryConfigurationStore",
@@ -160,6 +163,15 @@ def specialisation(category_name: str, type_name: str | None) -> type[Configured
         raise ConfigurationError(f"{base.category} type '{type_name}' is provided by {cls!r},"
                                  f" which is not a {base.__name__}")
     return cls
+
+
+def plugin_names(group: str) -> list[str]:
+    """Every plugin of entry point ``group``: installed ones and built-in ones."""
+    names = {name.lower(): name for name in _entry_points(group)}
+    for (g, name) in BUILTIN_PLUGINS:
+        if g == group:
+            names.setdefault(name.lower(), name)
+    return sorted(names.values())
 
 
 def load_plugin(group: str, name: str, *, what: str) -> Any:
