@@ -123,6 +123,7 @@ class Queue:
     __slots__ = (
         "name", "vhost", "durable", "auto_delete", "exclusive_owner", "arguments", "settings",
         "bindings", "_clock", "_host", "_consumers", "_next_consumer", "_exclusive_consumer",
+        "_prioritised", "_priority_cursor",
         "_sac", "_ready", "_ready_bytes", "_unacked", "_dispatching",
         "_deleted", "_timed", "_ttl", "_limited", "_last_used", "_fresh", "_returned", "_taken",
     )
@@ -146,6 +147,8 @@ class Queue:
         self._host = host
         self._consumers: list[Consumer] = []
         self._next_consumer = 0
+        self._prioritised = False                    # some consumer has an x-priority
+        self._priority_cursor: dict[int, int] = {}   # round-robin position per priority
         self._exclusive_consumer = False
         self._sac = settings.single_active_consumer
         self._ready = 0
@@ -274,7 +277,17 @@ class Queue:
         """
         if self._exclusive_consumer or (exclusive and self._consumers):
             raise AccessRefused(f"queue '{self.name}' in vhost '{self.vhost}' in exclusive use")
-        self._consumers.append(consumer)
+        # RabbitMQ's consumer priorities (x-priority): consumers are kept highest
+        # priority first, a newcomer after those of its own priority
+        priority = getattr(consumer, "priority", 0)
+        consumers = self._consumers
+        index = len(consumers)
+        while index and getattr(consumers[index - 1], "priority", 0) < priority:
+            index -= 1
+        consumers.insert(index, consumer)
+        if index < self._next_consumer:
+            self._next_consumer += 1
+        self._prioritised = any(getattr(c, "priority", 0) for c in consumers)
         self._exclusive_consumer = exclusive
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -291,6 +304,7 @@ class Queue:
         del consumers[index]
         if index < self._next_consumer:
             self._next_consumer -= 1
+        self._prioritised = any(getattr(c, "priority", 0) for c in consumers)
         self._exclusive_consumer = False
         if consumers:
             self.dispatch()  # with single-active-consumer, the next one takes over
@@ -336,6 +350,11 @@ class Queue:
             consumer = consumers[0]
             if not consumer.can_deliver(entry):
                 return False
+        elif self._prioritised:
+            found = self._by_priority(entry, consumers)
+            if found is None:
+                return False
+            consumer = found
         else:
             start = self._next_consumer
             for step in range(count):
@@ -354,6 +373,25 @@ class Queue:
             self._unacked += 1
         consumer.deliver(entry)
         return True
+
+    def _by_priority(self, entry: QueueEntry, consumers: list[Consumer]) -> Consumer | None:
+        """The highest-priority consumer with credit; round-robin among equals (RabbitMQ)."""
+        count = len(consumers)
+        start = 0
+        while start < count:
+            priority = getattr(consumers[start], "priority", 0)
+            end = start + 1
+            while end < count and getattr(consumers[end], "priority", 0) == priority:
+                end += 1
+            size = end - start
+            cursor = self._priority_cursor.get(priority, 0) % size
+            for step in range(size):
+                index = start + (cursor + step) % size
+                if consumers[index].can_deliver(entry):
+                    self._priority_cursor[priority] = (cursor + step + 1) % size
+                    return consumers[index]
+            start = end
+        return None
 
     # -- basic.get and settlement ------------------------------------------------
 

@@ -644,3 +644,19 @@ def test_one_message_in_many_queues_is_settled_independently(conn: pika.Blocking
     assert ch.basic_get(qs[0]) == (None, None, None)
     for q in qs:
         ch.queue_delete(q)
+
+
+def test_consumer_priorities_x_priority(broker: BrokerEndpoint) -> None:
+    """RabbitMQ's consumer priorities: the high-priority consumer is served while it has credit."""
+    with broker.pika() as conn:
+        ch = conn.channel()
+        q = ch.queue_declare(unique("q.cprio"), auto_delete=True).method.queue
+        ch.basic_qos(prefetch_count=3)
+        got: dict[str, list[bytes]] = {"low": [], "high": []}
+        ch.basic_consume(q, lambda c, m, p, b: got["low"].append(b))
+        ch.basic_consume(q, lambda c, m, p, b: got["high"].append(b), arguments={"x-priority": 10})
+        for i in range(5):
+            ch.basic_publish("", q, b"m%d" % i)
+        eventually(lambda: conn.process_data_events(0.05) or len(got["low"]) + len(got["high"]) == 5,
+                   what="five deliveries")
+        assert got["high"] == [b"m0", b"m1", b"m2"] and got["low"] == [b"m3", b"m4"]

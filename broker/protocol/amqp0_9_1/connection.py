@@ -74,7 +74,7 @@ CAPABILITIES = {
     "connection.blocked": True,
     "authentication_failure_close": True,
     "per_consumer_qos": True,
-    "consumer_priorities": False,
+    "consumer_priorities": True,
     "direct_reply_to": False,
 }
 

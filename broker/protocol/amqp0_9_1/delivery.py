@@ -11,6 +11,8 @@ from __future__ import annotations
 from struct import Struct
 from typing import TYPE_CHECKING, Any
 
+from broker.errors import PreconditionFailed
+
 from .codec import FRAME_BODY, FRAME_END, FRAME_END_BYTE, FRAME_HEADER, FRAME_METHOD, encode_shortstr
 from .properties import CODEC
 
@@ -124,11 +126,19 @@ def _shortstr(s: str) -> bytes:
     return encoded
 
 
+def consumer_priority(arguments: dict[str, Any]) -> int:
+    """RabbitMQ's ``x-priority`` consume argument (default 0; higher goes first)."""
+    value = arguments.get("x-priority", 0)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PreconditionFailed(f"invalid arg 'x-priority' for consumer: {value!r} is not an integer")
+    return value
+
+
 class Subscription:
     """One ``basic.consume``: a consumer of a queue on behalf of a channel."""
 
     __slots__ = ("tag", "encoded_tag", "queue", "channel", "no_ack", "exclusive",
-                 "prefetch_count", "unacked", "arguments", "cancelled", "model")
+                 "prefetch_count", "unacked", "arguments", "cancelled", "model", "priority")
 
     def __init__(self, channel: Channel, queue: Queue, tag: str, *, no_ack: bool,
                  exclusive: bool, prefetch_count: int, arguments: dict[str, Any]) -> None:
@@ -141,6 +151,7 @@ class Subscription:
         self.prefetch_count = prefetch_count      # per-consumer limit (basic.qos global=false)
         self.unacked = 0
         self.arguments = arguments
+        self.priority = consumer_priority(arguments)
         self.cancelled = False
         self.model: Any = None            # the runtime Consumer object in the model tree
 

@@ -448,3 +448,11 @@ def test_qpid_exchange_bound(client: Client) -> None:
                                        ("amq.direct", "nope", "k", 2), ("amq.direct", "bq", "other", 6)):
         client.send(1, m.ExchangeBound(exchange=exchange, queue=queue, routing_key=key))
         assert client.expect(m.ExchangeBoundOk, 1).reply_code == code, (exchange, queue, key)
+
+
+def test_x_priority_must_be_an_integer(client: Client) -> None:
+    client.send(1, m.QueueDeclare(queue="prio"))
+    client.expect(m.QueueDeclareOk)
+    client.send(1, m.BasicConsume(queue="prio", arguments={"x-priority": "high"}))
+    close = client.expect(m.ChannelClose, 1)
+    assert close.reply_code == 406 and "x-priority" in close.reply_text
