@@ -84,6 +84,8 @@ class Namespace:
         self.vhost_name = vhost_name
         self.listeners: list[NamespaceListener] = []      # told of durable objects (to store them)
         self.observers: list[NamespaceListener] = []      # told of every object (the model's views)
+        # RabbitMQ direct reply-to: token -> the requesting channel's reply consumer
+        self.reply_targets: dict[str, Any] = {}
         #: the broker clock (monotonic seconds): engines stamp Message.arrival with it
         self.clock = clock
         self._wall_clock = wall_clock

@@ -660,3 +660,29 @@ def test_consumer_priorities_x_priority(broker: BrokerEndpoint) -> None:
         eventually(lambda: conn.process_data_events(0.05) or len(got["low"]) + len(got["high"]) == 5,
                    what="five deliveries")
         assert got["high"] == [b"m0", b"m1", b"m2"] and got["low"] == [b"m3", b"m4"]
+
+
+def test_direct_reply_to_rpc(broker: BrokerEndpoint) -> None:
+    """RabbitMQ's direct reply-to: the RPC reply reaches the requester without any reply queue."""
+    with broker.pika() as server_conn, broker.pika() as client_conn:
+        server = server_conn.channel()
+        rpc_queue = server.queue_declare(unique("q.rpc"), auto_delete=True).method.queue
+
+        client = client_conn.channel()
+        client.queue_declare("amq.rabbitmq.reply-to", passive=True)      # how clients probe for it
+        replies: list[tuple[bytes, str | None]] = []
+        client.basic_consume("amq.rabbitmq.reply-to", lambda c, m, p, b: replies.append((b, p.correlation_id)),
+                             auto_ack=True)
+        client.basic_publish("", rpc_queue, b"6*7", pika.BasicProperties(
+            reply_to="amq.rabbitmq.reply-to", correlation_id="req-1"))
+
+        method, props, body = None, None, None
+        def request_arrived() -> bool:
+            nonlocal method, props, body
+            method, props, body = server.basic_get(rpc_queue, auto_ack=True)
+            return method is not None
+        eventually(request_arrived, what="the request")
+        assert props.reply_to.startswith("amq.rabbitmq.reply-to.")
+        server.basic_publish("", props.reply_to, b"42", pika.BasicProperties(correlation_id=props.correlation_id))
+        eventually(lambda: client_conn.process_data_events(0.05) or replies, what="the reply")
+        assert replies == [(b"42", "req-1")]

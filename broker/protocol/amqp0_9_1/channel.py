@@ -22,9 +22,10 @@ from broker import errors
 from broker.messaging.message import Message, MessageProperties
 from broker.messaging.transaction import AutoCommitTransaction, LocalTransaction
 
+from . import direct_reply
 from . import methods as m
 from .delivery import Subscription, deliver_frames, get_ok_frames, return_frames
-from .properties import CODEC, decode_properties, parse_content_header
+from .properties import CODEC, decode_properties, encode_properties, parse_content_header
 
 if TYPE_CHECKING:
     from broker.messaging.queue import Queue, QueueEntry
@@ -67,6 +68,7 @@ class Channel:
         self._publish_seq = 0
         self._acked_upto = 0
         self.last_queue_name = ""
+        self.reply_consumer: direct_reply.ReplyConsumer | None = None
         # the runtime Session object in the model tree (management lists it)
         model = connection.model
         self.model: Any = model.register_session(number) if model is not None else None
@@ -197,6 +199,16 @@ class Channel:
             return
         ns = self.namespace
         self.connection.messages_received += 1
+        if props.reply_to == direct_reply.PSEUDO_QUEUE:
+            try:
+                props = props.replace(reply_to=direct_reply.requester_address(self))
+            except errors.BrokerError as exc:
+                self.soft_error(exc, publish)
+                return
+            encoded = encode_properties(props)
+        if not publish.exchange and publish.routing_key.startswith(direct_reply.PREFIX):
+            self._publish_reply(publish, body, props, encoded)
+            return
         try:
             headers = props.headers
             if headers and ("CC" in headers or "BCC" in headers):
@@ -253,6 +265,29 @@ class Channel:
             for queue in ns.route(publish.exchange, probe):
                 queues.setdefault(id(queue), queue)
         return message, list(queues.values())
+
+    def _publish_reply(self, publish: m.BasicPublish, body: bytes, props: MessageProperties,
+                       encoded: bytes) -> None:
+        """A reply to a direct reply-to requester: straight to its channel, no queue."""
+        message = Message(exchange="", routing_key=publish.routing_key, body=body, properties=props,
+                          encoded_properties=encoded, codec=CODEC, arrival=self.namespace.clock())
+        target = direct_reply.target(self.namespace, publish.routing_key)
+        if target is not None and not target.channel.closing:
+            target.channel.deliver_reply(target, message)
+        elif publish.mandatory:
+            out: list[bytes] = []
+            size = return_frames(out, self.number, 312, "NO_ROUTE", message, self.connection.frame_max)
+            self.connection.write_frames(out, size)
+        self._confirm(True)
+
+    def deliver_reply(self, consumer: direct_reply.ReplyConsumer, message: Message) -> None:
+        tag = self._next_tag
+        self._next_tag = tag + 1
+        out: list[bytes] = []
+        size = deliver_frames(out, self.number, consumer.encoded_tag, tag, False, message,
+                              self.connection.frame_max)
+        self.connection.messages_sent += 1
+        self.connection.write_frames(out, size)
 
     def _confirm(self, accepted: bool) -> None:
         if self.mode is not Mode.CONFIRM:
@@ -327,10 +362,15 @@ class Channel:
             sub.model = None
 
     def _basic_consume(self, method: m.BasicConsume) -> None:
-        queue = self._queue(method.queue)
         tag = method.consumer_tag or f"amq.ctag-{os.urandom(16).hex()}"
-        if tag in self.subscriptions:
+        if tag in self.subscriptions or (self.reply_consumer and self.reply_consumer.tag == tag):
             raise errors.NotAllowed(f"attempt to reuse consumer tag '{tag}'")
+        if method.queue == direct_reply.PSEUDO_QUEUE:
+            self.reply_consumer = direct_reply.consume(self, tag, method.no_ack)
+            if not method.nowait:
+                self.connection.send_method(self.number, m.BasicConsumeOk(consumer_tag=tag))
+            return
+        queue = self._queue(method.queue)
         sub = Subscription(self, queue, tag, no_ack=method.no_ack, exclusive=method.exclusive,
                            prefetch_count=self.consumer_prefetch, arguments=method.arguments)
         sub.cancelled = True                      # no deliveries before consume-ok
@@ -345,6 +385,9 @@ class Channel:
         self.connection.schedule_dispatch(queue)
 
     def _basic_cancel(self, method: m.BasicCancel) -> None:
+        if self.reply_consumer is not None and self.reply_consumer.tag == method.consumer_tag:
+            direct_reply.cancel(self.reply_consumer)
+            self.reply_consumer = None
         sub = self.subscriptions.pop(method.consumer_tag, None)
         if sub is not None:
             self._forget(sub)
@@ -471,6 +514,9 @@ class Channel:
             self._forget(sub)
             sub.queue.remove_consumer(sub)
         self.subscriptions.clear()
+        if self.reply_consumer is not None:
+            direct_reply.cancel(self.reply_consumer)
+            self.reply_consumer = None
         if self.model is not None:
             self.model.unregister()
             self.model = None
@@ -523,6 +569,11 @@ class Channel:
 
     def _queue_declare(self, method: m.QueueDeclare) -> None:
         name = method.queue
+        if name == direct_reply.PSEUDO_QUEUE and method.passive:
+            # RabbitMQ answers a passive declare of the pseudo-queue (clients probe for support)
+            if not method.nowait:
+                self.connection.send_method(self.number, m.QueueDeclareOk(queue=name))
+            return
         if name.startswith("amq.") and not method.passive:
             raise errors.AccessRefused(
                 f"queue name '{name}' contains reserved prefix 'amq.*'")

@@ -75,7 +75,7 @@ CAPABILITIES = {
     "authentication_failure_close": True,
     "per_consumer_qos": True,
     "consumer_priorities": True,
-    "direct_reply_to": False,
+    "direct_reply_to": True,
 }
 
 WRITE_BUFFER_LIMIT = 1 << 20     # stop deliveries when this much output is queued

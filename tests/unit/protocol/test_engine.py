@@ -456,3 +456,39 @@ def test_x_priority_must_be_an_integer(client: Client) -> None:
     client.send(1, m.BasicConsume(queue="prio", arguments={"x-priority": "high"}))
     close = client.expect(m.ChannelClose, 1)
     assert close.reply_code == 406 and "x-priority" in close.reply_text
+
+
+def test_direct_reply_to_round_trip(host: FakeHost, client: Client) -> None:
+    client.send(1, m.BasicConsume(queue="amq.rabbitmq.reply-to", consumer_tag="replies", no_ack=True))
+    client.expect(m.BasicConsumeOk)
+    client.send(1, m.QueueDeclare(queue="rpc"))
+    client.expect(m.QueueDeclareOk)
+    client.publish(1, "", "rpc", b"2+2?", MessageProperties(reply_to="amq.rabbitmq.reply-to"))
+    server = Client(host)
+    server.handshake()
+    server.open_channel(1)
+    server.send(1, m.BasicGet(queue="rpc", no_ack=True))
+    request = server.expect(Delivery)
+    reply_to = request.properties.reply_to
+    assert reply_to.startswith("amq.rabbitmq.reply-to.") and len(reply_to) > len("amq.rabbitmq.reply-to.")
+    server.publish(1, "", reply_to, b"4")
+    reply = client.expect(Delivery, 1)
+    assert isinstance(reply.method, m.BasicDeliver)
+    assert reply.method.consumer_tag == "replies" and reply.body == b"4"
+    # the token dies with the channel: a late reply is returned when mandatory
+    client.send(1, m.ChannelClose(reply_code=200))
+    client.expect(m.ChannelCloseOk)
+    server.publish(1, "", reply_to, b"late", mandatory=True)
+    returned = server.expect(Delivery, 1)
+    assert isinstance(returned.method, m.BasicReturn) and returned.method.reply_code == 312
+
+
+def test_direct_reply_to_needs_no_ack_and_a_consumer(client: Client) -> None:
+    client.send(1, m.BasicConsume(queue="amq.rabbitmq.reply-to", no_ack=False))
+    close = client.expect(m.ChannelClose, 1)
+    assert close.reply_code == 406 and "acknowledge" in close.reply_text
+    client.send(1, m.ChannelCloseOk())
+    client.open_channel(2)
+    client.publish(2, "", "anything", b"x", MessageProperties(reply_to="amq.rabbitmq.reply-to"))
+    close = client.expect(m.ChannelClose, 2)
+    assert close.reply_code == 406 and "reply consumer does not exist" in close.reply_text
