@@ -179,6 +179,18 @@ async def _serve_port(servers: list[asyncio.AbstractServer], broker: Any, port: 
     return registry
 
 
+def _raise_descriptor_limit() -> None:
+    """Every connection is a file descriptor: use all the hard limit allows."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
+    except (ImportError, ValueError, OSError) as exc:
+        log.warning("could not raise the open-files limit: %s", exc)
+
+
 def _tune_garbage_collector() -> None:
     """Keep the cyclic collector's pauses short.
 
@@ -193,6 +205,7 @@ def _tune_garbage_collector() -> None:
 
 
 async def _main(system: Any) -> None:
+    _raise_descriptor_limit()
     _tune_garbage_collector()
     broker = system.broker
     alarm = MemoryAlarm(int(broker.memory_high_watermark))
