@@ -512,3 +512,11 @@ def install_uvloop() -> bool:
         return False
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     return True
+
+
+def probe(host: str, port: int, vhost: str) -> None:
+    """Open and close one connection: raises while the broker does not yet take AMQP."""
+    async def once() -> None:
+        conn = await Connection.open(host, port, vhost, timeout=5)
+        await conn.close()
+    asyncio.run(once())

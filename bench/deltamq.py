@@ -10,7 +10,6 @@ instance does not collide with a broker somebody else runs on 8080.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import signal
@@ -20,14 +19,14 @@ import time
 from pathlib import Path
 
 from . import procutil
-from .amqp import Connection
+from .amqp import probe
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_EXE = REPO / ".venv" / "bin" / "deltamq"
 
 
 
-class DeltaMQ:
+class DeltaMQ(procutil.ManagedBroker):
     name = "deltamq"
 
     def __init__(self, port: int = 0, host: str = "127.0.0.1", exe: str | os.PathLike | None = None,
@@ -118,7 +117,7 @@ class DeltaMQ:
         deadline = time.monotonic() + 30
         while True:
             try:
-                asyncio.run(_probe(self.host, self.port, self.vhost))
+                probe(self.host, self.port, self.vhost)
                 break
             except Exception as e:  # noqa: BLE001
                 if time.monotonic() > deadline or not self.alive():
@@ -151,32 +150,11 @@ class DeltaMQ:
 
     def stop(self) -> None:
         if self.proc is not None:
-            for sig, wait in ((signal.SIGINT, 15), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-                if self.proc.poll() is not None:
-                    break
-                try:
-                    os.killpg(self.proc.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    self.proc.wait(timeout=wait)
-                except subprocess.TimeoutExpired:
-                    pass
-            rc = self.proc.returncode
+            rc = procutil.stop_group(self.proc, ((signal.SIGINT, 15), (signal.SIGTERM, 10), (signal.SIGKILL, 10)))
             self.proc = None
             self.log(f"[deltamq] stopped (exit {rc})")
         if self.dir and not self.keep_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
 
-    def __enter__(self) -> "DeltaMQ":
-        self.start()
-        return self
 
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-
-async def _probe(host: str, port: int, vhost: str) -> None:
-    conn = await Connection.open(host, port, vhost, timeout=5)
-    await conn.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import socket
 import time
 
@@ -184,3 +185,36 @@ def niceness(n: int):
             pass
         set_autogroup_nice(n)
     return apply
+
+
+def stop_group(proc: "subprocess.Popen[bytes]", steps: tuple[tuple[int, float], ...]) -> int | None:
+    """Signal ``proc``'s process group with each (signal, seconds to wait) until it exits."""
+    for sig, wait in steps:
+        if proc.poll() is not None:
+            break
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            pass
+    return proc.returncode
+
+
+class ManagedBroker:
+    """``with Broker(...) as b:`` starts it and always stops it."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:  # type: ignore[no-untyped-def]
+        self.stop()

@@ -16,7 +16,6 @@ rabbitmq-server`` (through ``sudo`` unless we are root).  Usable on its own::
 
 from __future__ import annotations
 
-import asyncio
 import glob
 import os
 import shutil
@@ -27,7 +26,7 @@ import tempfile
 import time
 
 from . import procutil
-from .amqp import Connection
+from .amqp import probe
 
 RMQ_BIN = "/usr/lib/rabbitmq/bin"
 RMQ_SERVER = os.path.join(RMQ_BIN, "rabbitmq-server")
@@ -74,7 +73,7 @@ def _epmd() -> str | None:
 
 
 
-class RabbitMQ:
+class RabbitMQ(procutil.ManagedBroker):
     name = "rabbitmq"
 
     def __init__(self, port: int = 5680, host: str = "127.0.0.1", log=print,
@@ -166,7 +165,7 @@ class RabbitMQ:
         deadline = time.monotonic() + 30
         while True:
             try:
-                asyncio.run(_probe(self.host, self.port, self.vhost))
+                probe(self.host, self.port, self.vhost)
                 break
             except Exception as e:  # noqa: BLE001
                 if time.monotonic() > deadline or not self.alive():
@@ -243,17 +242,7 @@ class RabbitMQ:
                     self.proc.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     pass
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                if self.proc.poll() is not None:
-                    break
-                try:
-                    os.killpg(self.proc.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    self.proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    pass
+            procutil.stop_group(self.proc, ((signal.SIGTERM, 15), (signal.SIGKILL, 15)))
             # beam may outlive the script in its session if the script did not exec
             if self._beam and procutil.comm(self._beam).startswith("beam"):
                 try:
@@ -272,17 +261,7 @@ class RabbitMQ:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
 
-    def __enter__(self) -> "RabbitMQ":
-        self.start()
-        return self
 
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-
-async def _probe(host: str, port: int, vhost: str) -> None:
-    conn = await Connection.open(host, port, vhost, timeout=5)
-    await conn.close()
 
 
 def _raise_interrupt(signum, frame):
