@@ -215,6 +215,8 @@ async def _main(system: Any) -> None:
         for port in broker.ports("AMQP"):
             registries.append(await _serve_port(servers, broker, port, alarm))
         for vhost in broker.virtual_hosts:
+            if getattr(vhost, "journal", None) is not None:
+                vhost.journal.attach_loop(asyncio.get_running_loop())
             if getattr(vhost, "namespace", None) is not None:
                 tg.start_soon(_run_timers, vhost.namespace)
         tg.start_soon(_watch_memory, alarm)

@@ -37,6 +37,7 @@ from broker.model.config_store import ConfigurationRecord, ordered
 
 from .change_log import ChangeLog, Row, change_log_schema
 from .delta_table import AppendOnlyTable
+from .journal import DeltaMessageJournal
 from .termini_store import DeltaTerminusStore
 
 CONFIG_SCHEMA = change_log_schema(
@@ -63,6 +64,10 @@ class DeltaConfigurationStore:
     def terminus_store(self) -> DeltaTerminusStore:
         """The node's AMQP 1.0 link termini, in ``<storePath>/link_termini``."""
         return DeltaTerminusStore(self.path)
+
+    def message_journal(self, vhost: str) -> DeltaMessageJournal:
+        """The node's message journal, in ``<storePath>/journal``."""
+        return DeltaMessageJournal(self.path / "journal", vhost)
 
     def open(self) -> None:
         self.log.open()

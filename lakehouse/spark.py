@@ -12,10 +12,24 @@ virtual host node found in it (a column ``node`` tells them apart):
 
 * ``config_history`` — every change to durable configuration, in order;
 * ``configuration``  — the current durable configuration (last save per id);
-* ``link_termini``   — current AMQP 1.0 link termini.
+* ``link_termini``   — current AMQP 1.0 link termini;
+* ``journal``        — every row of the message journal (lakehouse.journal_schema);
+* ``queue_history``  — one row per message per queue it was enqueued on: the
+  message (exchange, routing key, headers, properties, body, published_at,
+  from the one row that stores the body) and what became of it there
+  (enqueued_at, settled_at, dead_lettered_at, outcome, delivery_count).
+  ``outcome`` is the settle row's, ``'deleted'`` for a message its queue's
+  deletion took, NULL while the message is live;
+* ``live_messages``  — the ``queue_history`` rows of live messages, with
+  ``redelivered`` (it has been delivered at least once);
+* ``dead_letters``   — the ``queue_history`` rows of dead-lettered messages,
+  with the settle row's ``reason``.
 
-The message views (``journal``, ``queue_history``, ``live_messages``,
-``dead_letters``) arrive with the message journal.
+A group of views is only created when at least one node has its table; views
+of a group no node has are dropped, so a session re-pointed at another data
+directory never shows the old one's rows.
+
+``stream_journal`` is a Structured Streaming source over one node's journal.
 """
 
 from __future__ import annotations
@@ -27,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 SCALA_VERSION = "2.13"
 
@@ -108,4 +122,98 @@ def register_views(spark: SparkSession, data_dir: Path) -> list[str]:
                                              ORDER BY seq DESC) AS newest
                 FROM ({termini})) WHERE newest = 1 AND op = 'save'""")
         created.append("link_termini")
+    journal = _union(spark, data_dir, "journal")
+    if journal is not None:
+        _register_journal_views(spark, journal)
+        created += list(JOURNAL_VIEWS)
+    for view in ALL_VIEWS:
+        if view not in created:
+            spark.catalog.dropTempView(view)
     return created
+
+
+JOURNAL_VIEWS = ("journal", "queue_history", "live_messages", "dead_letters")
+ALL_VIEWS = ("config_history", "configuration", "link_termini", *JOURNAL_VIEWS)
+
+# The message views share these CTEs.  ``messages`` has one row per enqueue (a
+# message in a queue), with what all three views show and a little more:
+#
+# * ``enqueued``: each enqueue row, with the earliest ``queue_deleted`` row of its
+#   queue whose message_id is at least the message's (the deletion that took it);
+# * ``bodies``: the one row per message (per node and vhost: ids are numbered per
+#   virtual host) that stores it, whatever the fan-out;
+# * ``fates``: per message and queue, its deliveries and its settle row (there
+#   is at most one: outcome and reason are only ever set on it).
+#
+# settled_at is the settle row's time, else the deletion's; it is NULL exactly
+# while the message is live.
+_MESSAGES = """
+    WITH enqueued AS (
+        SELECT e.node, e.vhost, e.queue, e.message_id, e.at AS enqueued_at, min(d.at) AS deleted_at
+        FROM journal e
+        LEFT JOIN journal d
+          ON d.event = 'queue_deleted' AND d.node = e.node AND d.vhost = e.vhost
+         AND d.queue = e.queue AND d.message_id >= e.message_id
+        WHERE e.event = 'enqueue'
+        GROUP BY e.node, e.vhost, e.queue, e.message_id, e.at
+    ), bodies AS (
+        SELECT node, vhost, message_id, exchange, routing_key, headers, properties, body, published_at
+        FROM journal WHERE body IS NOT NULL
+    ), fates AS (
+        SELECT node, vhost, queue, message_id,
+               max(at) FILTER (WHERE event = 'settle') AS settled_at,
+               max(outcome) AS outcome,
+               max(reason) AS reason,
+               max(delivery_count) FILTER (WHERE event = 'settle') AS settled_count,
+               max(delivery_count) FILTER (WHERE event <> 'settle') AS delivered_count,
+               count_if(event <> 'settle') > 0 AS delivered
+        FROM journal WHERE event IN ('deliver', 'requeue', 'settle')
+        GROUP BY node, vhost, queue, message_id
+    ), messages AS (
+        SELECT e.node, e.vhost, e.queue, e.message_id,
+               b.exchange, b.routing_key, b.headers, b.properties, b.body, b.published_at,
+               e.enqueued_at,
+               coalesce(f.settled_at, e.deleted_at) AS settled_at,
+               CASE WHEN f.outcome = 'dead_lettered' THEN f.settled_at END AS dead_lettered_at,
+               CASE WHEN f.settled_at IS NOT NULL THEN f.outcome
+                    WHEN e.deleted_at IS NOT NULL THEN 'deleted' END AS outcome,
+               coalesce(f.settled_count, f.delivered_count, 0) AS delivery_count,
+               coalesce(f.delivered, false) AS delivered,
+               f.reason
+        FROM enqueued e
+        LEFT JOIN bodies b USING (node, vhost, message_id)
+        LEFT JOIN fates f USING (node, vhost, queue, message_id)
+    )"""
+
+_QUEUE_HISTORY_COLUMNS = """node, vhost, queue, message_id, exchange, routing_key, headers, properties, body,
+           published_at, enqueued_at, settled_at, dead_lettered_at, outcome, delivery_count"""
+
+_MESSAGE_VIEWS = {
+    "queue_history": f"SELECT {_QUEUE_HISTORY_COLUMNS} FROM messages",
+    "live_messages": f"SELECT {_QUEUE_HISTORY_COLUMNS}, delivered AS redelivered FROM messages"
+                     " WHERE settled_at IS NULL",
+    "dead_letters": f"SELECT {_QUEUE_HISTORY_COLUMNS}, reason FROM messages WHERE outcome = 'dead_lettered'",
+}
+
+
+def _register_journal_views(spark: SparkSession, journal: str) -> None:
+    spark.sql(f"CREATE OR REPLACE TEMP VIEW journal AS {journal}")
+    for name, select in _MESSAGE_VIEWS.items():
+        spark.sql(f"CREATE OR REPLACE TEMP VIEW {name} AS {_MESSAGES}\n    {select}")
+
+
+def stream_journal(spark: SparkSession, data_dir: str | Path, node: str) -> DataFrame:
+    """A Structured Streaming source over one node's journal (``<data_dir>/<node>/journal``).
+
+    Every row appended to the journal is emitted once (per checkpoint).  The
+    table is append-only (``delta.appendOnly``), so the Delta source needs no
+    options: it only ever sees commits that add data, and compaction
+    (``optimize.compact()``) writes its add/remove actions with
+    ``dataChange=false``, which the source skips rather than re-reading the
+    compacted rows or failing.  Keep ``vacuum`` retention above the slowest
+    stream's lag, or the stream loses the files it has yet to read.
+    """
+    path = Path(data_dir) / node / "journal"
+    if not (path / "_delta_log").is_dir():
+        raise FileNotFoundError(f"no journal table at {path}")
+    return spark.readStream.format("delta").load(str(path.resolve()))

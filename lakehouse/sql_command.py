@@ -16,7 +16,8 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "sql", help="query a broker's Delta tables with Spark SQL",
         description="Run a Spark SQL query over the Delta tables of a data directory (running"
                     " broker or not) and print the result as a table. Views: config_history,"
-                    " configuration, link_termini.")
+                    " configuration, link_termini, journal, queue_history, live_messages,"
+                    " dead_letters.")
     sql.add_argument("query", help='the SQL, e.g. "SELECT category, count(*) FROM configuration GROUP BY 1"')
     sql.add_argument("--data-dir", default=os.environ.get("DELTAMQ_DATA_DIR", "./data"),
                      help="the broker's data directory (default: $DELTAMQ_DATA_DIR or ./data)")

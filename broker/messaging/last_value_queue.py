@@ -16,8 +16,9 @@ heap is compacted when such garbage outnumbers the live entries.
 from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
-from typing import Any, ClassVar, Hashable, cast
+from typing import Any, ClassVar, Hashable, Iterable, cast
 
+from broker.messaging.journal import REPLACED
 from broker.messaging.message import Message
 from broker.messaging.queue import AVAILABLE, SETTLED, Queue, QueueEntry
 
@@ -80,6 +81,8 @@ class LastValueQueue(Queue):
                 self._ready -= 1
                 self._ready_bytes -= len(older.message.body)
                 self._garbage += 1
+                if self.journal is not None and older.message.persistent:
+                    self.journal.settled(self, older.message, REPLACED, None, older.delivery_count)
         return entry
 
     # -- storage -------------------------------------------------------------------
@@ -111,6 +114,9 @@ class LastValueQueue(Queue):
     def _peek(self) -> Message | QueueEntry | None:
         self._skip_garbage()
         return self._heap[0] if self._heap else None
+
+    def _ready_items(self) -> Iterable[Message | QueueEntry]:
+        return [entry for entry in self._heap if entry.state == AVAILABLE]
 
     def _clear(self) -> None:
         for entry in self._heap:

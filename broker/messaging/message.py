@@ -87,10 +87,12 @@ class Message:
         expires_at: ``arrival`` + per-message expiration, or None.
         priority: the priority property, 0 when absent.
         persistent: delivery_mode == 2.
+        journal_id: the message's number in its virtual host's journal, once a
+            durable queue journaled it (0 until then).
     """
 
     __slots__ = ("exchange", "routing_key", "body", "_properties", "_codec",
-                 "arrival", "expires_at", "priority", "persistent")
+                 "arrival", "expires_at", "priority", "persistent", "journal_id")
 
     exchange: str
     routing_key: str
@@ -99,6 +101,7 @@ class Message:
     expires_at: float | None
     priority: int
     persistent: bool
+    journal_id: int
 
     def __init__(self, *, exchange: str, routing_key: str, body: bytes,
                  properties: MessageProperties | None,
@@ -127,6 +130,7 @@ class Message:
         priority = properties.priority
         self.priority = priority if priority is not None and priority > 0 else 0
         self.persistent = properties.delivery_mode == 2
+        self.journal_id = 0
 
     @property
     def body_size(self) -> int:

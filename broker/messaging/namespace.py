@@ -26,6 +26,7 @@ from broker.messaging.arguments import (
     inequivalent_argument, queue_settings)
 from broker.messaging.dead_letter import dead_lettered, is_cycle
 from broker.messaging.exchange import EXCHANGE_TYPES, Binding, DirectExchange, Exchange
+from broker.messaging.journal import MessageJournal
 from broker.messaging.last_value_queue import LastValueQueue
 from broker.messaging.message import Message
 from broker.messaging.priority_queue import PriorityQueue
@@ -54,13 +55,13 @@ DurableObject = Union[Exchange, Queue, Binding]
 def create_queue(name: str, *, vhost: str = "", durable: bool = False, auto_delete: bool = False,
                  exclusive_owner: object | None = None, arguments: dict[str, Any] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 host: QueueHost | None = None) -> Queue:
+                 host: QueueHost | None = None, journal: MessageJournal | None = None) -> Queue:
     """A queue of the kind its ``arguments`` ask for (standard, priority, last-value, sorted)."""
     settings = queue_settings(arguments, name, vhost)
     cls = _QUEUE_CLASSES[settings.kind]
     return cls(name, vhost=vhost, durable=durable, auto_delete=auto_delete,
                exclusive_owner=exclusive_owner, arguments=arguments, settings=settings,
-               clock=clock, host=host)
+               clock=clock, host=host, journal=journal)
 
 
 class NamespaceListener(Protocol):
@@ -88,6 +89,8 @@ class Namespace:
         self.reply_targets: dict[str, Any] = {}
         #: the broker clock (monotonic seconds): engines stamp Message.arrival with it
         self.clock = clock
+        #: where durable queues journal persistent messages (None: nothing is journaled)
+        self.journal: MessageJournal | None = None
         self._wall_clock = wall_clock
         self._queues: dict[str, Queue] = {}
         self._timed: set[Queue] = set()
@@ -250,9 +253,10 @@ class Namespace:
             self._check_queue_equivalence(existing, durable, auto_delete, arguments)
             existing.touch()
             return existing, existing.message_count, existing.consumer_count
+        journal = self.journal if durable and exclusive_owner is None else None
         queue = create_queue(name, vhost=self.vhost_name, durable=durable, auto_delete=auto_delete,
                              exclusive_owner=exclusive_owner, arguments=arguments,
-                             clock=self.clock, host=self)
+                             clock=self.clock, host=self, journal=journal)
         self._add_queue(queue)
         return queue, 0, 0
 
@@ -580,10 +584,12 @@ class Namespace:
         name = record["name"]
         if name in self._queues:
             return
+        durable = record.get("durable", True)
         self._add_queue(create_queue(
-            name, vhost=self.vhost_name, durable=record.get("durable", True),
+            name, vhost=self.vhost_name, durable=durable,
             auto_delete=record.get("auto_delete", False),
-            arguments=from_json_value(record.get("arguments") or {}), clock=self.clock, host=self))
+            arguments=from_json_value(record.get("arguments") or {}), clock=self.clock, host=self,
+            journal=self.journal if durable else None))
 
     def _restore_binding(self, record: Mapping[str, Any]) -> None:
         source = self._exchanges.get(record["source"])

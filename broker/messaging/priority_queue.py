@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import deque
 from heapq import heappop, heappush
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterable
 
 from broker.messaging.message import Message
 from broker.messaging.queue import AVAILABLE, SETTLED, Queue, QueueEntry
@@ -110,6 +110,13 @@ class PriorityQueue(Queue):
         if not occupied:
             return None
         return self._levels[occupied.bit_length() - 1].head()
+
+    def _ready_items(self) -> Iterable[Message | QueueEntry]:
+        items: list[Message | QueueEntry] = []
+        for level in self._levels:
+            items += level.returned
+            items += level.fresh
+        return items
 
     def _clear(self) -> None:
         for level in self._levels:

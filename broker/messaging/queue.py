@@ -20,6 +20,14 @@ Message TTL is computed, not stored: ``arrival + x-message-ttl`` against the
 message's own ``expires_at``, the smaller wins.  Like RabbitMQ, expired
 messages are removed when they reach the head (and by :meth:`Queue.run_due`).
 
+Journal
+-------
+A durable queue of a virtual host with a message journal holds it in
+:attr:`Queue.journal` and reports every event of every persistent message to
+it: enqueued, delivered, requeued, settled with its outcome, and the queue's
+own deletion.  Recovery puts journaled messages back with :meth:`Queue.restore`,
+which reports nothing.
+
 Dispatch
 --------
 Consumers are served round-robin; one whose ``can_deliver`` says no is
@@ -38,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Final, Iterable, Prot
 
 from broker.errors import AccessRefused
 from broker.messaging.arguments import QueueSettings, queue_settings
+from broker.messaging.journal import ACKED, PURGED, REPLACED, MessageJournal, settle_outcome
 from broker.messaging.message import Message
 from broker.messaging.records import to_json_value
 
@@ -121,7 +130,7 @@ class Queue:
     type: ClassVar[str] = "standard"
 
     __slots__ = (
-        "name", "vhost", "durable", "auto_delete", "exclusive_owner", "arguments", "settings",
+        "name", "vhost", "durable", "journal", "auto_delete", "exclusive_owner", "arguments", "settings",
         "bindings", "_clock", "_host", "_consumers", "_next_consumer", "_exclusive_consumer",
         "_prioritised", "_priority_cursor",
         "_sac", "_ready", "_ready_bytes", "_unacked", "_dispatching",
@@ -132,10 +141,12 @@ class Queue:
                  auto_delete: bool = False, exclusive_owner: object | None = None,
                  arguments: dict[str, Any] | None = None, settings: QueueSettings | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 host: QueueHost | None = None) -> None:
+                 host: QueueHost | None = None, journal: MessageJournal | None = None) -> None:
         self.name = name
         self.vhost = vhost
         self.durable = durable
+        #: where persistent messages' events go (durable queues of journaled vhosts only)
+        self.journal = journal
         self.auto_delete = auto_delete
         self.exclusive_owner = exclusive_owner
         self.arguments: dict[str, Any] = dict(arguments or {})
@@ -212,6 +223,9 @@ class Queue:
             return False
         if self._limited and not self._admit(message):
             return False
+        journal = self.journal
+        if journal is not None and message.persistent:
+            journal.enqueued(self, message)
         if message.expires_at is not None and not self._timed:
             self._become_timed()
         consumers = self._consumers
@@ -227,7 +241,7 @@ class Queue:
             self._put_back(entry)
         else:
             if self._timed and self._expired_on_arrival(message):
-                self._dead_letter(message, "expired")
+                self._discard(message, "expired", 0)
                 return True
             self._ready += 1
             self._ready_bytes += len(message.body)
@@ -371,8 +385,19 @@ class Queue:
         else:
             entry.state = ACQUIRED
             self._unacked += 1
+        if self.journal is not None and entry.message.persistent:
+            self._journal_taken(entry)
         consumer.deliver(entry)
         return True
+
+    def _journal_taken(self, entry: QueueEntry) -> None:
+        """Journal a delivery: settled at once for no-ack, else delivered."""
+        journal = self.journal
+        assert journal is not None
+        if entry.state == SETTLED:
+            journal.settled(self, entry.message, ACKED, None, entry.delivery_count + 1)
+        else:
+            journal.delivered(entry)
 
     def _by_priority(self, entry: QueueEntry, consumers: list[Consumer]) -> Consumer | None:
         """The highest-priority consumer with credit; round-robin among equals (RabbitMQ)."""
@@ -416,6 +441,8 @@ class Queue:
             else:
                 entry.state = ACQUIRED
                 self._unacked += 1
+            if self.journal is not None and entry.message.persistent:
+                self._journal_taken(entry)
             return entry
         return None
 
@@ -425,12 +452,15 @@ class Queue:
             entry.state = SETTLED
             self._unacked -= 1
             self._forget(entry)
+            journal = self.journal
+            if journal is not None and entry.message.persistent:
+                journal.settled(self, entry.message, ACKED, None, entry.delivery_count + 1)
 
     def reject(self, entry: QueueEntry) -> None:
         """Reject without requeue: dead-letter (reason ``rejected``) or discard."""
         if entry.state == ACQUIRED:
             self._unacked -= 1
-            self._retire(entry, "rejected")
+            self._retire(entry, "rejected", entry.delivery_count + 1)
 
     def release(self, entry: QueueEntry) -> None:
         """Requeue at the entry's original position, marked redelivered, then dispatch."""
@@ -458,10 +488,15 @@ class Queue:
         if limit is not None and entry.delivery_count > limit:
             self._retire(entry, "delivery_limit")
             return False
+        journal = self.journal
         if not self._may_requeue(entry):
             entry.state = SETTLED
             self._forget(entry)
+            if journal is not None and entry.message.persistent:
+                journal.settled(self, entry.message, REPLACED, None, entry.delivery_count)
             return False
+        if journal is not None and entry.message.persistent:
+            journal.requeued(entry)
         self._ready += 1
         self._ready_bytes += len(entry.message.body)
         self._put_back(entry)
@@ -472,9 +507,34 @@ class Queue:
     def purge(self) -> int:
         """Drop every ready message (not dead-lettered, as RabbitMQ); the number dropped."""
         count = self._ready
+        journal = self.journal
+        if journal is not None:
+            for item in self._ready_items():
+                message = item if type(item) is Message else item.message  # type: ignore[union-attr]
+                if message.persistent:
+                    deliveries = 0 if type(item) is Message else item.delivery_count  # type: ignore[union-attr]
+                    journal.settled(self, message, PURGED, None, deliveries)
         self._clear()
         self._ready = self._ready_bytes = 0
         return count
+
+    def restore(self, message: Message, deliveries: int = 0) -> None:
+        """Put back a message recovered from the journal, at the tail (nothing is journaled).
+
+        ``deliveries`` is how often it had been delivered from this queue: a
+        delivered message comes back marked redelivered.
+        """
+        self._ready += 1
+        self._ready_bytes += len(message.body)
+        if message.expires_at is not None and not self._timed:
+            self._become_timed()
+        if deliveries:
+            entry = self._new_entry(message)
+            entry.delivery_count = deliveries
+            entry.redelivered = True
+            self._put_back(entry)
+        else:
+            self._store(message)
 
     # -- lifetime and deadlines --------------------------------------------------
 
@@ -491,6 +551,8 @@ class Queue:
             return 0
         count = self._ready
         self._deleted = True
+        if self.journal is not None:
+            self.journal.queue_deleted(self)
         consumers, self._consumers = self._consumers, []
         self._clear()
         self._ready = self._ready_bytes = 0
@@ -561,10 +623,21 @@ class Queue:
         self._ready_bytes -= len(entry.message.body)
         self._retire(entry, reason)
 
-    def _retire(self, entry: QueueEntry, reason: str) -> None:
+    def _retire(self, entry: QueueEntry, reason: str, deliveries: int | None = None) -> None:
+        """``entry`` leaves for ``reason`` (dead-lettered when there is a DLX).
+
+        ``deliveries`` defaults to the entry's count (right for an entry not out with a consumer).
+        """
         entry.state = SETTLED
         self._forget(entry)
-        self._dead_letter(entry.message, reason)
+        self._discard(entry.message, reason, entry.delivery_count if deliveries is None else deliveries)
+
+    def _discard(self, message: Message, reason: str, deliveries: int) -> None:
+        journal = self.journal
+        if journal is not None and message.persistent:
+            journal.settled(self, message, settle_outcome(reason, self.settings.dead_letter_exchange),
+                            reason, deliveries)
+        self._dead_letter(message, reason)
 
     def _dead_letter(self, message: Message, reason: str) -> None:
         if self._host is not None and self.settings.dead_letter_exchange is not None:
@@ -602,6 +675,10 @@ class Queue:
         if self._fresh:
             return self._fresh[0]
         return None
+
+    def _ready_items(self) -> Iterable[Message | QueueEntry]:
+        """Everything ready in storage (to journal a purge)."""
+        return [*self._returned, *self._fresh]
 
     def _clear(self) -> None:
         self._fresh.clear()

@@ -13,7 +13,7 @@ a released entry keeps its key, so it returns to its original place.
 from __future__ import annotations
 
 from heapq import heappop, heappush
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterable
 
 from broker.messaging.message import Message
 from broker.messaging.queue import AVAILABLE, SETTLED, Queue, QueueEntry
@@ -73,6 +73,9 @@ class SortedQueue(Queue):
 
     def _peek(self) -> Message | QueueEntry | None:
         return self._heap[0] if self._heap else None
+
+    def _ready_items(self) -> Iterable[Message | QueueEntry]:
+        return list(self._heap)
 
     def _clear(self) -> None:
         for entry in self._heap:

@@ -124,6 +124,8 @@ class VirtualHost(ConfiguredObject):
         super().__init__(parent, attributes, id=id)
         #: exchanges, queues and bindings; set on open, never persisted
         self.namespace: Namespace | None = None
+        #: the message journal of a node that keeps one (``delta``); set on open
+        self.journal: Any = None
         self._mirror: NamespaceMirror | None = None
 
     @property
@@ -147,12 +149,21 @@ class VirtualHost(ConfiguredObject):
         factory = cast("NamespaceFactory | None", getattr(self.root, "namespace_factory", None))
         namespace = self.namespace = (factory or messaging_namespace)(self.name)
         store = getattr(self.parent, "store", None)
+        journal_factory = getattr(store, "message_journal", None)
+        if journal_factory is not None and hasattr(namespace, "journal"):
+            # persistent messages on durable queues: given to the queues as they
+            # are restored or declared, recovered once the queues exist
+            self.journal = journal_factory(self.name)
+            self.journal.open()
+            namespace.journal = self.journal
         if store is not None and hasattr(namespace, "listeners"):
             # durable exchanges, queues and bindings: back from the store, and
             # written through to it as clients declare and delete them
             records = NamespaceRecords(self, store)
             records.restore(namespace)
             namespace.listeners.append(records)
+        if self.journal is not None:
+            self.journal.recover(namespace)
         if hasattr(namespace, "observers"):
             self._mirror = NamespaceMirror(self, namespace)
             self._mirror.attach()
@@ -161,6 +172,9 @@ class VirtualHost(ConfiguredObject):
         if self._mirror is not None:
             self._mirror.detach()
             self._mirror = None
+        if self.journal is not None:
+            self.journal.close()
+            self.journal = None
         self.namespace = None
 
     @property

@@ -6,6 +6,14 @@ state the spec gives it: the content being assembled (basic.publish, then a
 header frame, then body frames — spec 4.2.6), delivery tags and unacked
 deliveries, prefetch limits (basic.qos), flow, transaction and confirm mode.
 
+Publisher confirms are kept as a ledger of runs of sequence numbers, each
+run with one outcome: ack, nack (reject-publish overflow), or "ack once this
+journal group is durable" for persistent messages that reached durable
+queues.  Runs are answered strictly in order, each prefix with one
+``basic.ack``/``basic.nack`` (``multiple``), so a confirm never overtakes the
+durability of an earlier message.  tx.commit-ok likewise waits for the
+journal.
+
 Soft errors (spec 1.8: 3xx/4xx "soft-error" codes) close only this channel;
 hard errors propagate to the connection.
 """
@@ -16,7 +24,8 @@ import enum
 import logging
 import os
 import struct
-from typing import TYPE_CHECKING, Any, Callable
+from collections import deque
+from typing import TYPE_CHECKING, Any, Callable, Final, cast
 
 from broker import errors
 from broker.messaging.message import Message, MessageProperties
@@ -28,11 +37,16 @@ from .delivery import Subscription, deliver_frames, get_ok_frames, return_frames
 from .properties import CODEC, decode_properties, encode_properties, parse_content_header
 
 if TYPE_CHECKING:
+    from broker.messaging.journal import Durability, MessageJournal
     from broker.messaging.queue import Queue, QueueEntry
 
     from .connection import AmqpConnection
 
 log = logging.getLogger(__name__)
+
+# confirm outcomes other than "wait for this journal group"
+_ACK: Final = "ack"
+_NACK: Final = "nack"
 
 
 class Mode(enum.Enum):
@@ -64,9 +78,12 @@ class Channel:
         self.prefetch_count = 0          # channel-wide (global=true)
         self.prefetch_size = 0
         self.consumer_prefetch = 0       # applied to new consumers (global=false)
-        # publisher confirms
+        # publisher confirms: (last seq of the run, outcome) runs, answered in order
         self._publish_seq = 0
         self._acked_upto = 0
+        self._ledger: deque[tuple[int, object]] = deque()
+        self._awaiting: Durability | None = None
+        self._journal: MessageJournal | None = getattr(self.namespace, "journal", None)
         self.last_queue_name = ""
         self.reply_consumer: direct_reply.ReplyConsumer | None = None
         # the runtime Session object in the model tree (management lists it)
@@ -229,7 +246,7 @@ class Channel:
                 out: list[bytes] = []
                 size = return_frames(out, self.number, 312, "NO_ROUTE", message, self.connection.frame_max)
                 self.connection.write_frames(out, size)
-            self._confirm(True)
+            self._confirm(_ACK)
             return
         if self.mode is Mode.TX:
             self.tx.enqueue(message, queues)
@@ -238,7 +255,13 @@ class Channel:
         for queue in queues:
             if not queue.enqueue(message):
                 accepted = False
-        self._confirm(accepted)
+        if self.mode is Mode.CONFIRM:
+            if not accepted:
+                self._confirm(_NACK)
+            elif message.journal_id and self._journal is not None:
+                self._confirm(self._journal.pending or _ACK)
+            else:
+                self._confirm(_ACK)
 
     def _route_sender_selected(self, publish: m.BasicPublish, body: bytes,
                                props: MessageProperties) -> tuple[Message, list[Queue]]:
@@ -278,7 +301,7 @@ class Channel:
             out: list[bytes] = []
             size = return_frames(out, self.number, 312, "NO_ROUTE", message, self.connection.frame_max)
             self.connection.write_frames(out, size)
-        self._confirm(True)
+        self._confirm(_ACK)
 
     def deliver_reply(self, consumer: direct_reply.ReplyConsumer, message: Message) -> None:
         tag = self._next_tag
@@ -289,29 +312,66 @@ class Channel:
         self.connection.messages_sent += 1
         self.connection.write_frames(out, size)
 
-    def _confirm(self, accepted: bool) -> None:
+    def _confirm(self, outcome: object) -> None:
+        """Record the outcome of the publish just completed: _ACK, _NACK or a journal group."""
         if self.mode is not Mode.CONFIRM:
             return
-        if accepted:
-            self.connection.confirms_due.add(self)
-            return
-        # reject-publish: everything before this one is acked, this one nacked
         seq = self._publish_seq
-        if seq - 1 > self._acked_upto:
-            self._send_ack_upto(seq - 1)
-        self.connection.send_method(self.number, m.BasicNack(delivery_tag=seq, multiple=False, requeue=False))
-        self._acked_upto = seq
+        ledger = self._ledger
+        if ledger and ledger[-1][1] is outcome:
+            ledger[-1] = (seq, outcome)
+        else:
+            ledger.append((seq, outcome))
+        self.connection.confirms_due.add(self)
 
     def flush_confirms(self) -> None:
-        """Acknowledge every publish so far with one basic.ack(multiple) (spec ext. confirms)."""
-        if self._publish_seq > self._acked_upto and not self.closing:
-            self._send_ack_upto(self._publish_seq if self._publish is None else self._publish_seq - 1)
+        """Answer every publish whose outcome is known, in order, as few frames as possible."""
+        if self.closing:
+            return
+        ledger = self._ledger
+        ack_upto = 0
+        while ledger:
+            upto, outcome = ledger[0]
+            if outcome is _ACK:
+                ack_upto = upto
+            elif outcome is _NACK:
+                if ack_upto:
+                    self._send_ack_upto(ack_upto)
+                    ack_upto = 0
+                self._send_nack_upto(upto)
+            else:
+                durability = cast("Durability", outcome)
+                if not durability.done:
+                    if self._awaiting is not durability:
+                        self._awaiting = durability
+                        durability.when_durable(self._journal_durable)
+                    break
+                if durability.error is None:
+                    ack_upto = upto
+                else:                         # the journal could not make them durable
+                    if ack_upto:
+                        self._send_ack_upto(ack_upto)
+                        ack_upto = 0
+                    self._send_nack_upto(upto)
+            ledger.popleft()
+        if ack_upto:
+            self._send_ack_upto(ack_upto)
+
+    def _journal_durable(self) -> None:
+        self._awaiting = None
+        if self.connection.channels.get(self.number) is self:
+            self.flush_confirms()
 
     def _send_ack_upto(self, seq: int) -> None:
         if seq <= self._acked_upto:
             return
         multiple = seq - self._acked_upto > 1
         self.connection.send_method(self.number, m.BasicAck(delivery_tag=seq, multiple=multiple))
+        self._acked_upto = seq
+
+    def _send_nack_upto(self, seq: int) -> None:
+        multiple = seq - self._acked_upto > 1
+        self.connection.send_method(self.number, m.BasicNack(delivery_tag=seq, multiple=multiple, requeue=False))
         self._acked_upto = seq
 
     # -- consumers and deliveries ----------------------------------------------------
@@ -619,6 +679,7 @@ class Channel:
         self.flush_confirms()                  # publishes before the close are confirmed first
         self.connection.confirms_due.discard(self)
         self.release_all()
+        self.closing = True                    # late journal callbacks must not answer
         self.connection.send_method(self.number, m.ChannelCloseOk())
         self.connection.channel_closed(self.number)
 
@@ -655,8 +716,31 @@ class Channel:
     def _tx_commit(self, method: m.TxCommit) -> None:
         if not isinstance(self.tx, LocalTransaction):
             raise errors.PreconditionFailed("channel is not transactional")
-        self.tx.commit()
+        journal = self._journal
+        if journal is None:
+            self.tx.commit()
+            self.tx = LocalTransaction()
+            self.connection.send_method(self.number, m.TxCommitOk())
+            return
+        journal.begin_transaction()
+        try:
+            self.tx.commit()
+        finally:
+            journal.end_transaction()
         self.tx = LocalTransaction()
+        pending = journal.pending
+        if pending is None:
+            self.connection.send_method(self.number, m.TxCommitOk())
+        else:                                   # commit-ok once the journal has it on disk
+            pending.when_durable(lambda: self._tx_durable(pending))
+
+    def _tx_durable(self, durability: Durability) -> None:
+        if self.closing or self.connection.channels.get(self.number) is not self:
+            return
+        if durability.error is not None:
+            self.connection.close(errors.InternalError(
+                f"transaction could not be made durable: {durability.error}"))
+            return
         self.connection.send_method(self.number, m.TxCommitOk())
 
     def _tx_rollback(self, method: m.TxRollback) -> None:

@@ -1,0 +1,85 @@
+"""The ``journal`` table: every persistent message on a durable queue, and what became of it.
+
+One table per virtual host node, at ``<storePath>/journal``, append-only
+(``delta.appendOnly=true``).  Each group commit of the broker is one Delta
+commit, so everything in it (a publish routed to many queues, a transaction's
+publishes and acks) becomes durable, and visible to Spark, at once.
+
+A row is one *event* of one message in one queue:
+
+=====================  =====================  ================================================
+column                 type                   meaning
+=====================  =====================  ================================================
+``vhost``              string                 the virtual host
+``at``                 timestamp[us, UTC]     when the event happened (broker wall clock)
+``event``              string                 ``enqueue``, ``deliver``, ``requeue``, ``settle``
+                                              or ``queue_deleted``
+``queue``              string                 the queue
+``message_id``         int64                  the message, numbered per virtual host in
+                                              publish order (``queue_deleted``: the highest
+                                              id issued when the queue was deleted)
+``tx_id``              int64 (nullable)       the AMQP transaction the event belongs to
+``delivery_count``     int32 (nullable)       ``requeue``/``settle``/``deliver``: deliveries
+                                              of the message from this queue so far
+``outcome``            string (nullable)      ``settle`` only: ``acked``, ``rejected``,
+                                              ``dead_lettered``, ``expired``, ``dropped``
+                                              (max-length or delivery limit, no DLX),
+                                              ``purged`` or ``replaced`` (last-value queue)
+``reason``             string (nullable)      why it left without an ack, in RabbitMQ's
+                                              x-death terms: ``rejected``, ``expired``,
+                                              ``maxlen``, ``delivery_limit``
+``exchange``           string (nullable)      \\
+``routing_key``        string (nullable)       |  the message itself: present on exactly one
+``published_at``       timestamp[us, UTC]      |  row per message, the ``enqueue`` into the
+``body``               binary (nullable)       |  first queue it reached (bodies are stored
+``properties``         map<string, string>     |  once, whatever the fan-out); ``properties``
+``headers``            string (JSON)           |  are the AMQP basic properties as text,
+``properties_raw``     binary (nullable)      /   ``headers`` the application headers as
+                                                  JSON, ``properties_raw`` the 0-9-1 wire
+                                                  form the broker recovers from
+=====================  =====================  ================================================
+
+A message is *live* in a queue when it has an ``enqueue`` row there, no
+``settle`` row there, and no later ``queue_deleted`` row for that queue (one
+whose ``message_id`` is at least the message's).  It was *delivered* when it
+has a ``deliver`` or ``requeue`` row.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import pyarrow as pa
+
+__all__ = ["JOURNAL_SCHEMA", "ENQUEUE", "DELIVER", "REQUEUE", "SETTLE", "QUEUE_DELETED",
+           "OUTCOMES", "TIMESTAMP"]
+
+ENQUEUE: Final = "enqueue"
+DELIVER: Final = "deliver"
+REQUEUE: Final = "requeue"
+SETTLE: Final = "settle"
+QUEUE_DELETED: Final = "queue_deleted"
+
+#: the values of ``outcome`` on ``settle`` rows
+OUTCOMES: Final = ("acked", "rejected", "dead_lettered", "expired", "dropped", "purged", "replaced")
+
+TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
+
+JOURNAL_SCHEMA: Final = pa.schema([
+    pa.field("vhost", pa.string(), nullable=False),
+    pa.field("at", TIMESTAMP, nullable=False),
+    pa.field("event", pa.string(), nullable=False),
+    pa.field("queue", pa.string(), nullable=False),
+    pa.field("message_id", pa.int64(), nullable=False),
+    pa.field("tx_id", pa.int64()),
+    pa.field("delivery_count", pa.int32()),
+    pa.field("outcome", pa.string()),
+    pa.field("reason", pa.string()),
+    pa.field("exchange", pa.string()),
+    pa.field("routing_key", pa.string()),
+    pa.field("published_at", TIMESTAMP),
+    pa.field("body", pa.binary()),
+    pa.field("properties", pa.map_(pa.string(), pa.string())),
+    pa.field("headers", pa.string()),
+    pa.field("properties_raw", pa.binary()),
+])
