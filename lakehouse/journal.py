@@ -86,6 +86,13 @@ class JournalGroup:
     def __bool__(self) -> bool:
         return bool(self.rows or self.delivered)
 
+    def seal(self) -> None:
+        """Turn the deliveries still unsettled into ``deliver`` rows: the group is about to be written."""
+        if self.delivered:
+            self.rows.extend((DELIVER, name, message_id, at, None, count, None, None, None)
+                             for (name, message_id), (count, at) in self.delivered.items())
+            self.delivered = {}
+
     def when_durable(self, callback: Callable[[], None]) -> None:
         if self.done:
             callback()
@@ -147,6 +154,7 @@ class DeltaMessageJournal:
         group = self._group
         if group:
             self._group = JournalGroup(group.number + 1)
+            group.seal()
             try:
                 self._commit(group)
             except Exception:
@@ -222,10 +230,7 @@ class DeltaMessageJournal:
         if self._busy or not group:
             return
         self._group = JournalGroup(group.number + 1)
-        if group.delivered:
-            group.rows.extend((DELIVER, name, message_id, at, None, count, None, None, None)
-                              for (name, message_id), (count, at) in group.delivered.items())
-            group.delivered = {}
+        group.seal()
         self._busy = True
         self._handoffs.put(group)
 

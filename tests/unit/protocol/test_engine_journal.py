@@ -1,0 +1,126 @@
+"""The engine with a message journal: confirms and tx.commit-ok wait until the journal is durable."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.messaging.message import MessageProperties
+from broker.protocol.amqp0_9_1 import methods as m
+
+from ..messaging.journal_fake import RecordingJournal
+from .harness import Client, FakeHost
+
+PERSISTENT = MessageProperties(delivery_mode=2)
+
+
+@pytest.fixture
+def journal() -> RecordingJournal:
+    return RecordingJournal()
+
+
+@pytest.fixture
+def client(journal: RecordingJournal) -> Client:
+    host = FakeHost()
+    host.namespace.journal = journal
+    c = Client(host)
+    c.handshake()
+    c.open_channel(1)
+    c.send(1, m.QueueDeclare(queue="durable", durable=True))
+    c.expect(m.QueueDeclareOk)
+    c.send(1, m.QueueDeclare(queue="scratch"))
+    c.expect(m.QueueDeclareOk)
+    return c
+
+
+def confirm_mode(client: Client) -> None:
+    client.send(1, m.ConfirmSelect())
+    client.expect(m.ConfirmSelectOk)
+
+
+def test_a_persistent_message_is_confirmed_only_once_durable(client: Client, journal: RecordingJournal) -> None:
+    confirm_mode(client)
+    client.publish(1, "", "durable", b"p", PERSISTENT)
+    assert client.take() == []                       # not yet on disk: no confirm
+    journal.complete()
+    ack = client.expect(m.BasicAck, 1)
+    assert (ack.delivery_tag, ack.multiple) == (1, False)
+
+
+def test_transient_messages_are_confirmed_at_once(client: Client, journal: RecordingJournal) -> None:
+    confirm_mode(client)
+    client.publish(1, "", "durable", b"t")                    # transient on a durable queue
+    client.publish(1, "", "scratch", b"p", PERSISTENT)        # persistent on a non-durable queue
+    assert [type(obj) for _ch, obj in client.take()] == [m.BasicAck, m.BasicAck]
+    assert journal.events == []
+
+
+def test_a_later_transient_confirm_never_overtakes_an_earlier_durable_one(
+        client: Client, journal: RecordingJournal) -> None:
+    confirm_mode(client)
+    data = (client.publish_bytes(1, "", "scratch", b"1") + client.publish_bytes(1, "", "durable", b"2", PERSISTENT)
+            + client.publish_bytes(1, "", "scratch", b"3"))
+    client.raw(data)
+    ack = client.expect(m.BasicAck, 1)
+    assert (ack.delivery_tag, ack.multiple) == (1, False)   # only what precedes the durable one
+    assert client.take() == []
+    journal.complete()
+    ack = client.expect(m.BasicAck, 1)
+    assert (ack.delivery_tag, ack.multiple) == (3, True)
+
+
+def test_publishes_spread_over_two_groups_are_confirmed_group_by_group(
+        client: Client, journal: RecordingJournal) -> None:
+    confirm_mode(client)
+    client.publish(1, "", "durable", b"1", PERSISTENT)
+    first = journal.group
+    journal.group = type(first)()                    # the first group is being committed
+    client.publish(1, "", "durable", b"2", PERSISTENT)
+    second = journal.group
+    journal.group = first
+    journal.complete()
+    ack = client.expect(m.BasicAck, 1)
+    assert ack.delivery_tag == 1
+    journal.group = second
+    journal.complete()
+    assert client.expect(m.BasicAck, 1).delivery_tag == 2
+
+
+def test_a_failed_commit_nacks_what_it_held(client: Client, journal: RecordingJournal) -> None:
+    confirm_mode(client)
+    client.raw(client.publish_bytes(1, "", "durable", b"1", PERSISTENT)
+               + client.publish_bytes(1, "", "durable", b"2", PERSISTENT))
+    journal.complete(OSError("disk full"))
+    nack = client.expect(m.BasicNack, 1)
+    assert (nack.delivery_tag, nack.multiple) == (2, True)
+
+
+def test_tx_commit_ok_waits_for_the_journal_and_events_carry_the_tx_id(
+        client: Client, journal: RecordingJournal) -> None:
+    client.send(1, m.TxSelect())
+    client.expect(m.TxSelectOk)
+    client.publish(1, "", "durable", b"a", PERSISTENT)
+    client.publish(1, "", "durable", b"b", PERSISTENT)
+    assert journal.events == []                      # nothing happens before commit
+    client.send(1, m.TxCommit())
+    assert client.take() == []
+    assert [e[3] for e in journal.of("enqueue")] == [1, 1]
+    journal.complete()
+    client.expect(m.TxCommitOk, 1)
+
+
+def test_tx_commit_without_persistent_work_answers_at_once(client: Client, journal: RecordingJournal) -> None:
+    client.send(1, m.TxSelect())
+    client.expect(m.TxSelectOk)
+    client.publish(1, "", "scratch", b"a")
+    client.send(1, m.TxCommit())
+    client.expect(m.TxCommitOk, 1)
+
+
+def test_a_confirm_due_after_the_channel_closed_is_not_sent(client: Client, journal: RecordingJournal) -> None:
+    confirm_mode(client)
+    client.publish(1, "", "durable", b"p", PERSISTENT)
+    client.send(1, m.ChannelClose(reply_code=200, reply_text="bye", class_id=0, method_id=0))
+    client.expect(m.ChannelCloseOk, 1)
+    client.open_channel(1)
+    journal.complete()
+    assert client.take() == []
