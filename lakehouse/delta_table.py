@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -52,7 +53,8 @@ class AppendOnlyTable:
     """One Delta table at a local path, appended to by one writer (others may compact it)."""
 
     def __init__(self, path: str | Path, schema: pa.Schema, *, name: str = "",
-                 checkpoint_interval: int = CHECKPOINT_INTERVAL, stats_column: str | None = None) -> None:
+                 checkpoint_interval: int = CHECKPOINT_INTERVAL, stats_column: str | None = None,
+                 properties: dict[str, str] | None = None) -> None:
         self.path = Path(path)
         self.schema = schema
         self.name = name or self.path.name
@@ -61,8 +63,11 @@ class AppendOnlyTable:
         self.stats_column = stats_column
         #: called instead of checkpointing inline when a checkpoint is due (a maintenance thread)
         self.on_checkpoint_due: Callable[[], None] | None = None
+        #: extra table properties set when the table is created
+        self.properties = dict(properties or {})
         self._version = -1
         self._commits_since_checkpoint = 0
+        self._lock = threading.Lock()
 
     def open(self) -> None:
         if DeltaTable.is_deltatable(str(self.path)):
@@ -75,6 +80,7 @@ class AppendOnlyTable:
                             # Spark stream reading the table never meets a data-changing removal
                             "delta.appendOnly": "true",
                             "delta.checkpointInterval": str(self.checkpoint_interval),
+                            **self.properties,
                         })
         self._fsync_commit(0)
         self._version = 0
@@ -92,24 +98,17 @@ class AppendOnlyTable:
         name = f"part-{uuid.uuid4()}-c000.zstd.parquet"
         data = self.path / name
         pq.write_table(rows, data, compression="zstd")
-        _fsync(data)
+        fsync_path(data)
         now_ms = int(time.time() * 1000)
-        stats: dict[str, Any] = {"numRecords": rows.num_rows}
-        if self.stats_column is not None and rows.num_rows:
-            bounds = pc.min_max(rows.column(self.stats_column))
-            stats["minValues"] = {self.stats_column: bounds["min"].as_py()}
-            stats["maxValues"] = {self.stats_column: bounds["max"].as_py()}
         actions = [
             {"commitInfo": {"timestamp": now_ms, "operation": "WRITE",
                             "operationParameters": {"mode": "Append"}, "isBlindAppend": True,
                             "engineInfo": f"deltamq/{__version__}",
                             "operationMetrics": {"numFiles": "1",
                                                  "numOutputRows": str(rows.num_rows)}}},
-            {"add": {"path": name, "partitionValues": {}, "size": data.stat().st_size,
-                     "modificationTime": now_ms, "dataChange": True,
-                     "stats": json.dumps(stats, separators=(",", ":"))}},
+            {"add": self.add_action(name, rows, data_change=True, now_ms=now_ms)},
         ]
-        version = self._commit(actions)
+        version = self.commit_actions(actions)
         self._commits_since_checkpoint += 1
         if self._commits_since_checkpoint >= self.checkpoint_interval:
             self._commits_since_checkpoint = 0
@@ -119,8 +118,23 @@ class AppendOnlyTable:
                 self.checkpoint()
         return version
 
-    def _commit(self, actions: list[dict[str, Any]]) -> int:
-        """Write the commit file for the next free version (put-if-absent); fsynced."""
+    def add_action(self, name: str, rows: pa.Table, *, data_change: bool, now_ms: int) -> dict[str, Any]:
+        """The ``add`` action for data file ``name`` (in the table directory) holding ``rows``."""
+        stats: dict[str, Any] = {"numRecords": rows.num_rows}
+        if self.stats_column is not None and rows.num_rows:
+            bounds = pc.min_max(rows.column(self.stats_column))
+            stats["minValues"] = {self.stats_column: bounds["min"].as_py()}
+            stats["maxValues"] = {self.stats_column: bounds["max"].as_py()}
+        return {"path": name, "partitionValues": {}, "size": (self.path / name).stat().st_size,
+                "modificationTime": now_ms, "dataChange": data_change,
+                "stats": json.dumps(stats, separators=(",", ":"))}
+
+    def commit_actions(self, actions: list[dict[str, Any]]) -> int:
+        """Write ``actions`` as the next free version (put-if-absent), fsynced; the version.
+
+        Safe to call from two threads (the appender and the maintenance thread):
+        the loser of a race for a version moves on to the next one.
+        """
         log_dir = self.path / "_delta_log"
         temp = log_dir / f".deltamq-{uuid.uuid4()}.json.tmp"
         payload = "".join(json.dumps(action, separators=(",", ":")) + "\n" for action in actions)
@@ -130,7 +144,8 @@ class AppendOnlyTable:
             os.fsync(fd)
         finally:
             os.close(fd)
-        version = self._version + 1
+        with self._lock:
+            version = self._version + 1
         try:
             while True:
                 target = log_dir / f"{version:020d}.json"
@@ -142,9 +157,10 @@ class AppendOnlyTable:
                     version += 1
         finally:
             os.unlink(temp)
-        _fsync(log_dir)
-        _fsync(self.path)
-        self._version = version
+        fsync_path(log_dir)
+        fsync_path(self.path)
+        with self._lock:
+            self._version = max(self._version, version)
         return version
 
     def _check_winner(self, commit: Path) -> None:
@@ -173,16 +189,17 @@ class AppendOnlyTable:
             action: dict[str, Any] = json.loads(line)
             add = action.get("add")
             if add is not None:
-                _fsync(self.path / unquote(add["path"]))   # paths in the log are URL-encoded
-        _fsync(commit)
-        _fsync(log_dir)
-        _fsync(self.path)
+                fsync_path(self.path / unquote(add["path"]))   # paths in the log are URL-encoded
+        fsync_path(commit)
+        fsync_path(log_dir)
+        fsync_path(self.path)
 
     def close(self) -> None:
         self._version = -1
 
 
-def _fsync(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """fsync a file or directory by path."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import queue as queue_module
 import threading
 import time
@@ -51,6 +52,7 @@ from broker.messaging.records import to_json_value
 from broker.protocol.amqp0_9_1.properties import CODEC
 
 from .delta_table import AppendOnlyTable
+from .maintenance import TableMaintenance
 from .journal_schema import DELIVER, ENQUEUE, JOURNAL_SCHEMA, QUEUE_DELETED, REQUEUE, SETTLE, TIMESTAMP
 
 if TYPE_CHECKING:
@@ -66,6 +68,9 @@ Row = tuple[str, str, int, float, "int | None", "int | None", "str | None", "str
 
 _PROPERTY_NAMES = tuple(name for name in MessageProperties.__dataclass_fields__ if name != "headers")
 _CACHE_LIMIT = 10_000
+
+#: Delta history kept (time travel, and how far behind a Spark stream may fall), in hours
+HISTORY_RETENTION_HOURS = int(os.environ.get("DELTAMQ_JOURNAL_RETENTION_HOURS", "168"))
 _RECOVERY_LOG_EVERY = 200_000
 
 
@@ -109,7 +114,11 @@ class DeltaMessageJournal:
     def __init__(self, path: str | Path, vhost: str) -> None:
         self.path = Path(path)
         self.vhost = vhost
-        self.table = AppendOnlyTable(self.path, JOURNAL_SCHEMA, name="journal", stats_column="message_id")
+        retention = f"interval {HISTORY_RETENTION_HOURS} hours"
+        self.table = AppendOnlyTable(self.path, JOURNAL_SCHEMA, name="journal", stats_column="message_id",
+                                     properties={"delta.logRetentionDuration": retention,
+                                                 "delta.deletedFileRetentionDuration": retention})
+        self.maintenance = TableMaintenance(self.table, retention_hours=HISTORY_RETENTION_HOURS)
         self._group = JournalGroup(1)
         self._busy = False
         self._scheduled = False
@@ -142,6 +151,7 @@ class DeltaMessageJournal:
         self._thread = threading.Thread(target=self._write_groups, name=f"journal-{self.vhost}",
                                         daemon=True)
         self._thread.start()
+        self.maintenance.start()
         if self._group:
             self._schedule()
 
@@ -151,6 +161,7 @@ class DeltaMessageJournal:
         if thread is not None:
             self._handoffs.put(None)
             thread.join(60)
+        self.maintenance.close()
         group = self._group
         if group:
             self._group = JournalGroup(group.number + 1)

@@ -1,0 +1,155 @@
+"""Background upkeep of an append-only table: checkpoints, compaction, vacuum, log clean-up.
+
+Group commit writes one small Parquet file and one log entry per commit --
+hundreds a minute under load.  Left alone, every reader (recovery, Spark)
+would list and open all of them, and every snapshot would replay a long log.
+:class:`TableMaintenance` runs on a thread of its own, never on the writer's,
+so publishing never waits for it:
+
+* **checkpoints** -- when the writer has made ``checkpoint_interval`` commits
+  (it calls :meth:`TableMaintenance.checkpoint_due`), delta-rs writes a
+  checkpoint, so a snapshot replays at most that many log entries;
+* **compaction** -- once ``compact_min_files`` files smaller than
+  ``target_file_size`` have piled up, up to ``target_file_size`` of them are
+  rewritten as one file and swapped in by one commit whose ``remove`` and
+  ``add`` actions carry ``dataChange=false``.  Delta Spark's streaming source
+  skips such commits, so a stream reading the journal sees every row exactly
+  once, before and after compaction.  The commit goes through the same
+  put-if-absent path as appends (:meth:`~lakehouse.delta_table.AppendOnlyTable.commit_actions`);
+  appends and compaction never conflict, since appends remove nothing;
+* **vacuum and log clean-up** -- every ``vacuum_interval`` seconds, files
+  removed more than ``retention`` ago are deleted (delta-rs vacuum) and log
+  entries older than the table's ``delta.logRetentionDuration`` are dropped.
+  A Spark stream must not fall further behind than ``retention``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+
+from .delta_table import AppendOnlyTable, fsync_path
+
+__all__ = ["TableMaintenance"]
+
+log = logging.getLogger(__name__)
+
+
+class TableMaintenance:
+    """One thread keeping one :class:`AppendOnlyTable` fit to read."""
+
+    def __init__(self, table: AppendOnlyTable, *, compact_min_files: int = 16,
+                 target_file_size: int = 64 << 20, poll_interval: float = 2.0,
+                 vacuum_interval: float = 600.0, retention_hours: int = 2) -> None:
+        self.table = table
+        self.compact_min_files = compact_min_files
+        self.target_file_size = target_file_size
+        self.poll_interval = poll_interval
+        self.vacuum_interval = vacuum_interval
+        self.retention_hours = retention_hours
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._checkpoint_due = False
+        self._thread: threading.Thread | None = None
+        self._last_vacuum = time.monotonic()
+        # statistics
+        self.checkpoints = 0
+        self.compactions = 0
+        self.files_compacted = 0
+
+    def start(self) -> None:
+        self.table.on_checkpoint_due = self.checkpoint_due
+        self._thread = threading.Thread(target=self._run, name=f"maintenance-{self.table.name}",
+                                        daemon=True)
+        self._thread.start()
+
+    def checkpoint_due(self) -> None:
+        """Called by the writer (any thread): a checkpoint should be written soon."""
+        self._checkpoint_due = True
+        self._wake.set()
+
+    def close(self, timeout: float = 60.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        self.table.on_checkpoint_due = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.poll_interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.run_once()
+            except Exception:              # maintenance must never take the broker down
+                log.exception("maintenance of %s failed; retrying later", self.table.path)
+
+    def run_once(self) -> None:
+        """One round: compact if worthwhile, checkpoint if due, vacuum if its time has come."""
+        compacted = self.compact()
+        if self._checkpoint_due or compacted:
+            self._checkpoint_due = False
+            self.table.checkpoint()
+            self.checkpoints += 1
+        if time.monotonic() - self._last_vacuum >= self.vacuum_interval:
+            self._last_vacuum = time.monotonic()
+            self.vacuum()
+
+    def compact(self) -> int:
+        """Rewrite small files as one; the number of files replaced (0 when not worth it)."""
+        path = self.table.path
+        snapshot = DeltaTable(str(path))
+        files = pa.table(snapshot.get_add_actions(flatten=True)).select(["path", "size_bytes"])
+        small = files.filter(pc.less(files.column("size_bytes"), self.target_file_size // 4))
+        if small.num_rows < self.compact_min_files:
+            return 0
+        chosen: list[tuple[str, int]] = []
+        total = 0
+        for name, size in zip(small.column("path").to_pylist(), small.column("size_bytes").to_pylist()):
+            if total + size > self.target_file_size and len(chosen) >= 2:
+                break
+            chosen.append((name, size))
+            total += size
+        rows = pa.concat_tables(pq.read_table(path / name, schema=self.table.schema) for name, _ in chosen)
+        rows = rows.sort_by([("message_id", "ascending")])
+        new_name = f"part-{uuid.uuid4()}-c000.zstd.parquet"
+        pq.write_table(rows, path / new_name, compression="zstd")
+        fsync_path(path / new_name)
+        now_ms = int(time.time() * 1000)
+        actions = [{"commitInfo": {"timestamp": now_ms, "operation": "OPTIMIZE",
+                                   "operationParameters": {"targetSize": str(self.target_file_size)},
+                                   "isBlindAppend": False,
+                                   "operationMetrics": {"numRemovedFiles": str(len(chosen)),
+                                                        "numAddedFiles": "1"}}},
+                   {"add": self.table.add_action(new_name, rows, data_change=False, now_ms=now_ms)}]
+        actions += [{"remove": {"path": name, "deletionTimestamp": now_ms, "dataChange": False,
+                                "extendedFileMetadata": True, "partitionValues": {}, "size": size}}
+                    for name, size in chosen]
+        self.table.commit_actions(actions)
+        self.compactions += 1
+        self.files_compacted += len(chosen)
+        log.debug("compacted %d files (%d rows) of %s", len(chosen), rows.num_rows, path)
+        return len(chosen)
+
+    def vacuum(self) -> None:
+        """Delete files removed more than the retention ago, and expired log entries."""
+        snapshot = DeltaTable(str(self.table.path))
+        snapshot.vacuum(retention_hours=self.retention_hours, dry_run=False,
+                        enforce_retention_duration=False)
+        DeltaTable(str(self.table.path)).cleanup_metadata()
+
+
+def table_files(path: Path) -> int:
+    """How many data files the current snapshot of the table at ``path`` references."""
+    return len(DeltaTable(str(path)).file_uris())
