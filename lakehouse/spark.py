@@ -101,40 +101,6 @@ def _union(spark: SparkSession, data_dir: Path, table: str) -> str | None:
     return " UNION ALL ".join(parts) if parts else None
 
 
-def register_views(spark: SparkSession, data_dir: Path) -> list[str]:
-    """Create the broker's temporary views over ``data_dir``; return their names."""
-    created = []
-    history = _union(spark, data_dir, "config")
-    if history is not None:
-        spark.sql(f"CREATE OR REPLACE TEMP VIEW config_history AS {history}")
-        spark.sql("""
-            CREATE OR REPLACE TEMP VIEW configuration AS
-            SELECT node, id, category, parent_id, attributes, changed_at FROM (
-                SELECT *, row_number() OVER (PARTITION BY node, id ORDER BY seq DESC) AS newest
-                FROM config_history) WHERE newest = 1 AND op = 'save'""")
-        created += ["config_history", "configuration"]
-    termini = _union(spark, data_dir, "link_termini")
-    if termini is not None:
-        spark.sql(f"""
-            CREATE OR REPLACE TEMP VIEW link_termini AS
-            SELECT node, role, remote_container_id, link_name, terminus, changed_at FROM (
-                SELECT *, row_number() OVER (PARTITION BY node, role, remote_container_id, link_name
-                                             ORDER BY seq DESC) AS newest
-                FROM ({termini})) WHERE newest = 1 AND op = 'save'""")
-        created.append("link_termini")
-    journal = _union(spark, data_dir, "journal")
-    if journal is not None:
-        _register_journal_views(spark, journal)
-        created += list(JOURNAL_VIEWS)
-    for view in ALL_VIEWS:
-        if view not in created:
-            spark.catalog.dropTempView(view)
-    return created
-
-
-JOURNAL_VIEWS = ("journal", "queue_history", "live_messages", "dead_letters")
-ALL_VIEWS = ("config_history", "configuration", "link_termini", *JOURNAL_VIEWS)
-
 # The message views share these CTEs.  ``messages`` has one row per enqueue (a
 # message in a queue), with what all three views show and a little more:
 #
@@ -194,6 +160,40 @@ _MESSAGE_VIEWS = {
                      " WHERE settled_at IS NULL",
     "dead_letters": f"SELECT {_QUEUE_HISTORY_COLUMNS}, reason FROM messages WHERE outcome = 'dead_lettered'",
 }
+
+JOURNAL_VIEWS = ("journal", *_MESSAGE_VIEWS)
+ALL_VIEWS = ("config_history", "configuration", "link_termini", *JOURNAL_VIEWS)
+
+
+def register_views(spark: SparkSession, data_dir: Path) -> list[str]:
+    """Create the broker's temporary views over ``data_dir``; return their names."""
+    created = []
+    history = _union(spark, data_dir, "config")
+    if history is not None:
+        spark.sql(f"CREATE OR REPLACE TEMP VIEW config_history AS {history}")
+        spark.sql("""
+            CREATE OR REPLACE TEMP VIEW configuration AS
+            SELECT node, id, category, parent_id, attributes, changed_at FROM (
+                SELECT *, row_number() OVER (PARTITION BY node, id ORDER BY seq DESC) AS newest
+                FROM config_history) WHERE newest = 1 AND op = 'save'""")
+        created += ["config_history", "configuration"]
+    termini = _union(spark, data_dir, "link_termini")
+    if termini is not None:
+        spark.sql(f"""
+            CREATE OR REPLACE TEMP VIEW link_termini AS
+            SELECT node, role, remote_container_id, link_name, terminus, changed_at FROM (
+                SELECT *, row_number() OVER (PARTITION BY node, role, remote_container_id, link_name
+                                             ORDER BY seq DESC) AS newest
+                FROM ({termini})) WHERE newest = 1 AND op = 'save'""")
+        created.append("link_termini")
+    journal = _union(spark, data_dir, "journal")
+    if journal is not None:
+        _register_journal_views(spark, journal)
+        created += list(JOURNAL_VIEWS)
+    for view in ALL_VIEWS:
+        if view not in created:
+            spark.catalog.dropTempView(view)
+    return created
 
 
 def _register_journal_views(spark: SparkSession, journal: str) -> None:
