@@ -1,0 +1,120 @@
+"""History retention of the journal: rows of messages settled long ago are removed.
+
+The journal keeps every event of every persistent message, so Spark can query
+what flowed.  After the retention period (7 days by default) a message that
+has left every queue it reached -- acked, dead-lettered, expired, purged, its
+queue deleted -- has served that purpose: :func:`purge_settled_history`
+removes all of its rows.  Live messages are never touched, however old.
+
+Which messages: one query over the table (DataFusion) finds each message
+whose every queue entry ended (a ``settle`` row, or a later ``queue_deleted``
+of its queue) before the cut-off.  Which files: only those whose
+``message_id`` range (the file statistics the writer records) reaches the
+oldest of those messages are read; a file holding some of their rows is
+rewritten without them.  The swap is one commit whose ``remove`` and ``add``
+actions say ``dataChange=false``: the rows it drops were appended more than
+the retention period ago, so every Spark stream that is not further behind
+than that (which vacuum already requires) has read them, and must not read
+the survivors again.  The table stays append-only for every reader.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import time
+import uuid
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+
+from .delta_table import AppendOnlyTable, fsync_path
+from .journal_schema import ENQUEUE, QUEUE_DELETED, SETTLE
+
+__all__ = ["purge_settled_history", "expired_message_ids"]
+
+log = logging.getLogger(__name__)
+
+
+def expired_message_ids(table: AppendOnlyTable, cutoff: dt.datetime) -> pa.Array:
+    """Ids of messages whose every queue entry ended before ``cutoff`` (UTC)."""
+    stamp = cutoff.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+    sql = f"""
+    WITH enqueued AS (
+        SELECT queue, message_id FROM t WHERE event = '{ENQUEUE}'
+    ), settled AS (
+        SELECT queue, message_id, MIN(at) AS at FROM t WHERE event = '{SETTLE}' GROUP BY queue, message_id
+    ), deleted AS (
+        SELECT e.queue, e.message_id, MIN(d.at) AS at
+        FROM enqueued e JOIN t d ON d.event = '{QUEUE_DELETED}' AND d.queue = e.queue
+                                 AND d.message_id >= e.message_id
+        GROUP BY e.queue, e.message_id
+    ), ended AS (
+        SELECT e.message_id, COALESCE(s.at, x.at) AS ended_at
+        FROM enqueued e
+        LEFT JOIN settled s ON s.queue = e.queue AND s.message_id = e.message_id
+        LEFT JOIN deleted x ON x.queue = e.queue AND x.message_id = e.message_id
+    )
+    SELECT message_id FROM ended GROUP BY message_id
+    HAVING COUNT(ended_at) = COUNT(*) AND MAX(ended_at) < TIMESTAMP '{stamp}'
+    """
+    result = table.read(sql)
+    if not result.num_rows:
+        return pa.array([], pa.int64())
+    return result.column("message_id").combine_chunks()
+
+
+def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime) -> int:
+    """Remove every row of messages that ended before ``cutoff``; the number of rows removed."""
+    expired = expired_message_ids(table, cutoff)
+    if not len(expired):
+        return 0
+    newest = pc.max(expired).as_py()
+    snapshot = DeltaTable(str(table.path))
+    files = pa.table(snapshot.get_add_actions(flatten=True))
+    names = files.column("path").to_pylist()
+    sizes = files.column("size_bytes").to_pylist()
+    lows = (files.column("min.message_id").to_pylist() if "min.message_id" in files.column_names
+            else [None] * len(names))
+    removed_rows = 0
+    removes: list[dict[str, object]] = []
+    adds: list[dict[str, object]] = []
+    now_ms = int(time.time() * 1000)
+    for name, size, low in zip(names, sizes, lows):
+        if low is not None and low > newest:
+            continue                                   # only younger messages in this file
+        keys = pq.read_table(table.path / name, columns=["message_id", "event"])
+        # queue_deleted markers stay: they are what keeps a deleted queue's messages away
+        drop = pc.and_(pc.is_in(keys.column("message_id"), value_set=expired),
+                       pc.not_equal(keys.column("event"), QUEUE_DELETED))
+        dropped = pc.sum(drop).as_py() or 0
+        if not dropped:
+            continue
+        rows = pq.read_table(table.path / name, schema=table.schema).filter(pc.invert(drop))
+        removes.append({"path": name, "deletionTimestamp": now_ms, "dataChange": False,
+                        "extendedFileMetadata": True, "partitionValues": {}, "size": size})
+        if rows.num_rows:
+            new_name = f"part-{uuid.uuid4()}-c000.zstd.parquet"
+            pq.write_table(rows, table.path / new_name, compression="zstd")
+            fsync_path(table.path / new_name)
+            adds.append(table.add_action(new_name, rows, data_change=False, now_ms=now_ms))
+        removed_rows += dropped
+    if not removes:
+        return 0
+    table.commit_actions([
+        {"commitInfo": {"timestamp": now_ms, "operation": "DELETE",
+                        "operationParameters": {"predicate": json.dumps(
+                            f"message settled before {cutoff.isoformat()}")},
+                        "isBlindAppend": False,
+                        "operationMetrics": {"numDeletedRows": str(removed_rows),
+                                             "numRemovedFiles": str(len(removes)),
+                                             "numAddedFiles": str(len(adds))}}},
+        *({"add": add} for add in adds),
+        *({"remove": remove} for remove in removes),
+    ])
+    log.info("journal %s: removed %d rows of %d messages settled before %s", table.path,
+             removed_rows, len(expired), cutoff.isoformat())
+    return removed_rows
