@@ -35,6 +35,7 @@ messages never come back if a queue of that name is declared again.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import logging
 import os
@@ -53,6 +54,7 @@ from broker.protocol.amqp0_9_1.properties import CODEC
 
 from .delta_table import AppendOnlyTable
 from .maintenance import TableMaintenance
+from .retention import purge_settled_history
 from .journal_schema import DELIVER, ENQUEUE, JOURNAL_SCHEMA, QUEUE_DELETED, REQUEUE, SETTLE, TIMESTAMP
 
 if TYPE_CHECKING:
@@ -108,6 +110,15 @@ class JournalGroup:
         return f"<JournalGroup #{self.number} rows={len(self.rows)} done={self.done}>"
 
 
+class JournalMaintenance(TableMaintenance):
+    """The journal's upkeep: also removes the history of messages settled before the retention."""
+
+    def vacuum(self) -> None:
+        cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=self.retention_hours)
+        purge_settled_history(self.table, cutoff)
+        super().vacuum()
+
+
 class DeltaMessageJournal:
     """One virtual host's journal table, written by group commit."""
 
@@ -118,7 +129,7 @@ class DeltaMessageJournal:
         self.table = AppendOnlyTable(self.path, JOURNAL_SCHEMA, name="journal", stats_column="message_id",
                                      properties={"delta.logRetentionDuration": retention,
                                                  "delta.deletedFileRetentionDuration": retention})
-        self.maintenance = TableMaintenance(self.table, retention_hours=HISTORY_RETENTION_HOURS)
+        self.maintenance = JournalMaintenance(self.table, retention_hours=HISTORY_RETENTION_HOURS)
         self._group = JournalGroup(1)
         self._busy = False
         self._scheduled = False

@@ -85,3 +85,23 @@ def test_files_of_younger_messages_are_not_rewritten(tmp_path: Path) -> None:
     # message 1's file is gone from the snapshot and nothing replaced it (no rows survived)
     assert len(before) == 2 and len(after) == 1 and after < before
     assert ids(table) == [("enqueue", 2, "a")]
+
+
+def test_the_journals_maintenance_applies_retention_when_it_vacuums(tmp_path: Path) -> None:
+    from broker.messaging.message import Message, MessageProperties
+    from broker.messaging.namespace import Namespace
+    from lakehouse.journal import DeltaMessageJournal, JournalMaintenance
+
+    ns = Namespace("v")
+    journal = DeltaMessageJournal(tmp_path / "journal", "v")
+    journal.open()
+    ns.journal = journal
+    q = ns.declare_queue("q", durable=True)[0]
+    for body in (b"acked", b"live"):
+        q.enqueue(Message(exchange="", routing_key="q", body=body,
+                          properties=MessageProperties(delivery_mode=2), arrival=0.0))
+    q.settle(q.get())                                    # type: ignore[arg-type]
+    journal.close()
+    JournalMaintenance(journal.table, retention_hours=0).vacuum()
+    assert [r["body"] for r in journal.table.read(
+        "SELECT body FROM t WHERE body IS NOT NULL").to_pylist()] == [b"live"]
