@@ -2,6 +2,13 @@
 
     python -m bench.compare [--only deltamq|rabbitmq] [--workloads 1,2,3,4,5,6]
                             [--duration 10] [--quick] [--client-procs 2]
+    python -m bench.compare --suite durable [options of python -m bench.durable]
+    python -m bench.compare --suite all     [--quick] [--only ...]
+
+--suite throughput (the default) runs the workloads below; --suite durable runs
+the persistent-message suite of bench/durable.py (D1-D4: durable queues,
+publisher confirms, Spark visibility, recovery) instead; --suite all runs both,
+one after the other (options common to both apply to both).
 
 Starts each broker in turn (a private RabbitMQ node from Debian's
 rabbitmq-server, installed on demand; DeltaMQ via `.venv/bin/deltamq serve`),
@@ -30,6 +37,7 @@ from .workloads import TITLES, Options, build, client_uses_uvloop, run, run_memo
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BROKERS = ("deltamq", "rabbitmq")
+SUITES = ("throughput", "durable", "all")
 TARGET_RATIO = 0.5
 TARGET_P99_MS = 10.0
 TARGET_OVERHEAD_B = 300
@@ -69,6 +77,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--deltamq-exe", default=None, help="default: <repo>/.venv/bin/deltamq")
     ap.add_argument("--deltamq-vhost", default="/")
     ap.add_argument("--out", default=str(RESULTS), help="results directory (default bench/results)")
+    ap.add_argument("--suite", choices=SUITES, default="throughput",
+                    help="throughput (default: workloads 1-6), durable (python -m bench.durable) or all")
     a = ap.parse_args(argv)
     try:
         a.workload_ids = sorted({int(x) for x in a.workloads.split(",") if x.strip()})
@@ -382,7 +392,52 @@ def report(results: dict, wids: list[int], out_dir: Path) -> None:
     print(f"results: {out_dir / f'compare-{stamp}.json'} and .md (also latest.json/latest.md)")
 
 
+def _split_suite(argv: list[str]) -> tuple[str, list[str]]:
+    """(--suite value, argv without it)."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--suite", choices=SUITES, default="throughput")
+    known, _ = pre.parse_known_args(argv)
+    rest, skip = [], False
+    for x in argv:
+        if skip:
+            skip = False
+        elif x == "--suite":
+            skip = True
+        elif not x.startswith("--suite="):
+            rest.append(x)
+    return known.suite, rest
+
+
+def _without(argv: list[str], opt: str) -> list[str]:
+    out, skip = [], False
+    for x in argv:
+        if skip:
+            skip = False
+        elif x == opt:
+            skip = True
+        elif not x.startswith(opt + "="):
+            out.append(x)
+    return out
+
+
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    suite, rest = _split_suite(argv)
+    if suite == "durable":
+        from . import durable
+        return durable.main(rest)
+    if suite == "all" and "-h" not in rest and "--help" not in rest:
+        from . import durable
+        rc = main_throughput(rest)
+        if rc == 130:
+            return rc
+        # the throughput suite's --workloads/--client-procs/... mean nothing there
+        rc2 = durable.main(_without(rest, "--workloads"), lenient=True)
+        return rc2 if rc2 == 130 else max(rc, rc2)
+    return main_throughput(rest)
+
+
+def main_throughput(argv=None) -> int:
     a = parse_args(argv)
     opt = options(a)
     signal.signal(signal.SIGTERM, _raise_interrupt)
