@@ -280,6 +280,8 @@ class Channel:
 
 
 class Connection(asyncio.Protocol):
+    channel_class: type[Channel] = Channel     # what channel() opens; subclasses may swap it
+
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray()
@@ -485,7 +487,7 @@ class Connection(asyncio.Protocol):
     async def channel(self) -> Channel:
         n = self._next_channel
         self._next_channel += 1
-        ch = Channel(n, self)
+        ch = self.channel_class(n, self)
         self.channels[n] = ch
         await ch.call(CHANNEL_OPEN, shortstr(""), CHANNEL_OPEN_OK)
         return ch
@@ -512,6 +514,80 @@ def install_uvloop() -> bool:
         return False
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     return True
+
+
+def raise_if_failed(conns) -> None:
+    """Raise the first error any of the connections (or their channels) met."""
+    for c in conns:
+        if c.error:
+            raise AMQPError(c.error)
+
+
+class Waker:
+    """``await nap(t)`` sleeps up to t seconds; ``wake()`` (a connection's
+    on_progress, a channel's on_confirm) ends the current nap early."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._fut: asyncio.Future | None = None
+
+    def wake(self, *_a) -> None:
+        if self._fut is not None and not self._fut.done():
+            self._fut.set_result(None)
+
+    async def nap(self, t: float) -> None:
+        self._fut = self.loop.create_future()
+        h = self.loop.call_later(t, self.wake)
+        try:
+            await self._fut
+        finally:
+            h.cancel()
+            self._fut = None
+
+
+async def publish_confirmed(conn: Connection, ch: Channel, n: int, batch: int, window: int,
+                            frames: Callable[[int], bytes],
+                            progress: Callable[[int, float], None] | None = None,
+                            every: float = 10.0) -> float:
+    """Publish n messages on ``ch`` (in confirm mode) until all are confirmed,
+    at most ``batch`` per write and ``window`` unconfirmed; ``frames(k)`` gives
+    the bytes of k publishes.  ``progress(confirmed, seconds)`` is called every
+    ``every`` seconds.  Returns the seconds it took."""
+    waker = Waker()
+    ch.on_confirm = waker.wake
+    conn.on_progress = waker.wake
+    t0 = last = time.perf_counter()
+    sent = 0
+    while ch.confirmed < n:
+        raise_if_failed((conn,))
+        k = min(batch, n - sent, window - ch.unconfirmed)
+        if k > 0 and conn.writable:
+            conn.write(frames(k))
+            sent += k
+            ch.published += k
+            await asyncio.sleep(0)
+        else:
+            await waker.nap(0.05)
+        if progress is not None and time.perf_counter() - last > every:
+            last = time.perf_counter()
+            progress(ch.confirmed, last - t0)
+    return time.perf_counter() - t0
+
+
+async def with_channel(broker, fn):
+    """fn(conn, ch) on a fresh connection to ``broker`` (host, port, vhost), closed after."""
+    conn = await Connection.open(broker.host, broker.port, broker.vhost)
+    try:
+        ch = await conn.channel()
+        return await fn(conn, ch)
+    finally:
+        await conn.close()
+
+
+def admin(broker, fn):
+    """with_channel() in an event loop of its own (uvloop when installed)."""
+    install_uvloop()
+    return asyncio.run(with_channel(broker, fn))
 
 
 def probe(host: str, port: int, vhost: str) -> None:

@@ -20,35 +20,22 @@ Markdown under bench/results/.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import json
-import math
-import platform
-import signal
 import sys
-import traceback
 from pathlib import Path
 
 from . import procutil
-from .amqp import AMQPError
 from .deltamq import DeltaMQ
 from .rabbitmq import RabbitMQ
+from .suite import (add_broker_arguments, attempt, broker_failed, broker_line, cell, failures,
+                    interrupt_on_sigterm, log, machine_line, meta, new_deltamq, new_rabbitmq,
+                    run_suite, write_report)
 from .workloads import TITLES, Options, build, client_uses_uvloop, run, run_memory
 
-RESULTS = Path(__file__).resolve().parent / "results"
 BROKERS = ("deltamq", "rabbitmq")
 SUITES = ("throughput", "durable", "all")
 TARGET_RATIO = 0.5
 TARGET_P99_MS = 10.0
 TARGET_OVERHEAD_B = 300
-
-
-def log(msg: str) -> None:
-    print(msg, flush=True)
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -72,11 +59,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "shield the measurement from other jobs on a shared machine (default 0)")
     ap.add_argument("--mem-messages", type=int, default=None,
                     help="messages for workload 6 (default 1,000,000)")
-    ap.add_argument("--rabbitmq-port", type=int, default=5680)
-    ap.add_argument("--deltamq-port", type=int, default=0, help="default: a free port")
-    ap.add_argument("--deltamq-exe", default=None, help="default: <repo>/.venv/bin/deltamq")
-    ap.add_argument("--deltamq-vhost", default="/")
-    ap.add_argument("--out", default=str(RESULTS), help="results directory (default bench/results)")
+    add_broker_arguments(ap)
     ap.add_argument("--suite", choices=SUITES, default="throughput",
                     help="throughput (default: workloads 1-6), durable (python -m bench.durable) or all")
     a = ap.parse_args(argv)
@@ -116,6 +99,17 @@ def best_of(runs: list[dict]) -> dict:
     return res
 
 
+def _run_workload(broker, wid: int, opt: Options, repeat: int) -> dict:
+    if wid == 6:
+        return run_memory(broker, opt)
+    runs = []
+    for i in range(repeat):
+        if repeat > 1:
+            log(f"  run {i + 1}/{repeat}")
+        runs.append(run(broker, build(wid, opt.client_procs), opt))
+    return best_of(runs)
+
+
 def run_broker(broker, wids: list[int], opt: Options, repeat: int = 1,
                out: dict | None = None) -> dict:
     """Run the workloads on one broker; results accumulate in ``out`` as they
@@ -139,25 +133,8 @@ def run_broker(broker, wids: list[int], opt: Options, repeat: int = 1,
                 broker.start()
             ran = True
             log(f"[{broker.name}] workload {wid}: {TITLES[wid]}")
-            try:
-                if wid == 6:
-                    res = run_memory(broker, opt)
-                else:
-                    runs = []
-                    for i in range(repeat):
-                        if repeat > 1:
-                            log(f"  run {i + 1}/{repeat}")
-                        runs.append(run(broker, build(wid, opt.client_procs), opt))
-                    res = best_of(runs)
-            except KeyboardInterrupt:
-                raise
-            except Exception as e:  # noqa: BLE001 - record and go on with the next workload
-                msg = str(e) or repr(e)
-                log(f"    FAILED: {msg}")
-                if not isinstance(e, (RuntimeError, OSError, TimeoutError, AMQPError)):
-                    log(traceback.format_exc())
-                res = {"workload": wid, "title": TITLES[wid], "error": msg}
-            out["workloads"][str(wid)] = res
+            out["workloads"][str(wid)] = attempt(wid, TITLES[wid],
+                                                 lambda: _run_workload(broker, wid, opt, repeat))
     finally:
         broker.stop()
     return out
@@ -176,18 +153,6 @@ def _get(res: dict | None, *path):
     return cur
 
 
-def _fmt(v, kind: str) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "—"
-    if kind == "rate":
-        return f"{v:,.0f}"
-    if kind == "ms":
-        return f"{v:.2f}"
-    if kind == "bytes":
-        return f"{v:,.0f}"
-    return str(v)
-
-
 def rows(results: dict, wids: list[int]) -> list[list[str]]:
     """[workload, metric, deltamq, rabbitmq, ratio, target, verdict]"""
     d = results["brokers"].get("deltamq", {}).get("workloads", {})
@@ -201,7 +166,7 @@ def rows(results: dict, wids: list[int]) -> list[list[str]]:
             rv = _get(rw, "overhead_bytes_per_message")
             ratio = f"{dv / rv:.2f}" if dv is not None and rv not in (None, 0) and rv > 0 else "—"
             verdict = "" if dv is None else ("ok" if dv <= TARGET_OVERHEAD_B else "MISS")
-            out.append([name, "bytes/msg beyond 256-B body", _fmt(dv, "bytes"), _fmt(rv, "bytes"),
+            out.append([name, "bytes/msg beyond 256-B body", cell(dv, ",.0f"), cell(rv, ",.0f"),
                         ratio, f"≤ {TARGET_OVERHEAD_B} B", verdict])
         else:
             metrics = [("delivered", "delivered msg/s")]
@@ -212,7 +177,7 @@ def rows(results: dict, wids: list[int]) -> list[list[str]]:
                 rv = _get(rw, "throughput", f"{key}_per_s")
                 tr = dv / rv if dv is not None and rv else None
                 verdict = "" if tr is None else ("ok" if tr >= TARGET_RATIO else "MISS")
-                out.append([name, label, _fmt(dv, "rate"), _fmt(rv, "rate"),
+                out.append([name, label, cell(dv, ",.0f"), cell(rv, ",.0f"),
                             f"{tr:.2f}" if tr is not None else "—",
                             f"≥ {TARGET_RATIO}× RabbitMQ", verdict])
                 name = ""
@@ -225,23 +190,14 @@ def rows(results: dict, wids: list[int]) -> list[list[str]]:
                     target = f"≤ {TARGET_P99_MS:g} ms"
                 else:
                     verdict, target = "", ""
-                out.append(["", label, _fmt(dv, "ms"), _fmt(rv, "ms"), ratio, target, verdict])
+                out.append(["", label, cell(dv, ".2f"), cell(rv, ".2f"), ratio, target, verdict])
     return out
 
 
-def failures(results: dict, wids: list[int]) -> list[str]:
+def _failures(results: dict, wids: list[int]) -> list[str]:
     out = []
     for b in BROKERS:
-        info = results["brokers"].get(b)
-        if not info:
-            continue
-        if "error" in info:
-            out.append(f"{b}: {info['error']}")
-        for wid in wids:
-            w = info.get("workloads", {}).get(str(wid))
-            if w and "error" in w:
-                first = w["error"].strip().splitlines()
-                out.append(f"{b} workload {wid} FAILED: {first[-1] if first else '?'}")
+        out += failures(b, results["brokers"].get(b) or {}, wids, workload="workload ")
     return out
 
 
@@ -288,24 +244,9 @@ CPU_HEAD = ["Broker", "W", "Client CPU", "per client process", "Broker CPU", "ir
             "Other jobs", "Machine busy"]
 
 
-def text_table(head: list[str], rows_: list[list[str]]) -> str:
-    w = [max(len(str(r[i])) for r in [head] + rows_) for i in range(len(head))]
-    right = {i for i, h in enumerate(head) if h in ("DeltaMQ", "RabbitMQ", "DeltaMQ/RabbitMQ")}
-    lines = []
-    for k, r in enumerate([head] + rows_):
-        cells = [(str(c).rjust(w[i]) if i in right and k else str(c).ljust(w[i]))
-                 for i, c in enumerate(r)]
-        lines.append("  ".join(cells).rstrip())
-        if k == 0:
-            lines.append("  ".join("-" * x for x in w))
-    return "\n".join(lines)
-
-
-def md_table(head: list[str], rows_: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    for r in rows_:
-        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |")
-    return "\n".join(lines)
+def _right(i: int, heading: str) -> bool:
+    """Right-aligned columns: the figures and the ratio."""
+    return heading in ("DeltaMQ", "RabbitMQ", "DeltaMQ/RabbitMQ")
 
 
 def header(results: dict) -> list[str]:
@@ -315,14 +256,13 @@ def header(results: dict) -> list[str]:
              f"256-byte non-persistent messages, non-durable queues; throughput window "
              f"{o['duration']} s after {o['warmup']} s warm-up; latency over {o['lat_duration']} s "
              f"at {o['latency_fraction']:.0%} of the peak publish rate",
-             f"machine: {m['cpus']} CPUs, {m['platform']}; load generator: Python {m['python']}, "
-             f"{'uvloop' if m['uvloop'] else 'asyncio'}, {o['client_procs']} worker processes per workload"
+             f"{machine_line(m)}, {o['client_procs']} worker processes per workload"
              + (f"; brokers and load generator at niceness {o['nice']:+d}" if o.get("nice") else "")
              + (f"; best of {m['repeat']} runs" if m.get("repeat", 1) > 1 else "")]
     for b in BROKERS:
         info = results["brokers"].get(b)
         if info:
-            lines.append(f"{b}: {info.get('description') or info.get('error', '')}")
+            lines.append(broker_line(b, info))
     lines.append("consumers: W1/W3 auto-ack; W2, W4, W5 manual ack, prefetch 100, multiple-ack every 50")
     return lines
 
@@ -368,27 +308,12 @@ def notes(results: dict) -> list[str]:
 
 
 def report(results: dict, wids: list[int], out_dir: Path) -> None:
-    head, main_rows = _drop(HEAD, rows(results, wids), _present(results))
-    cpu = cpu_rows(results, wids)
-    txt = "\n".join(header(results)) + "\n\n" + text_table(head, main_rows)
-    if cpu:
-        txt += "\n\nCPU during the throughput window (100% = one core):\n" + text_table(CPU_HEAD, cpu)
-    n = notes(results) + failures(results, wids)
-    if n:
-        txt += "\n\n" + "\n".join(n)
-    print("\n" + txt + "\n", flush=True)
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stamp = results["meta"]["started"].replace(":", "").replace("-", "").replace("T", "-")[:15]
-    md = ("# DeltaMQ vs RabbitMQ\n\n" + "\n".join(f"- {x}" for x in header(results)[1:]) + "\n\n"
-          + md_table(head, main_rows) + "\n")
-    if cpu:
-        md += "\n## CPU during the throughput window (100% = one core)\n\n" + md_table(CPU_HEAD, cpu) + "\n"
-    if n:
-        md += "\n## Notes\n\n" + "\n".join(f"- {x}" for x in n) + "\n"
-    for name in (f"compare-{stamp}", "latest"):
-        (out_dir / f"{name}.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-        (out_dir / f"{name}.md").write_text(md)
+    stamp = write_report(results, out_dir, title="DeltaMQ vs RabbitMQ", header=header(results),
+                         table=_drop(HEAD, rows(results, wids), _present(results)),
+                         cpu_title="CPU during the throughput window (100% = one core)",
+                         cpu=(CPU_HEAD, cpu_rows(results, wids)),
+                         notes=notes(results) + _failures(results, wids),
+                         right=_right, prefix="compare", latest="latest")
     print(f"results: {out_dir / f'compare-{stamp}.json'} and .md (also latest.json/latest.md)")
 
 
@@ -397,15 +322,7 @@ def _split_suite(argv: list[str]) -> tuple[str, list[str]]:
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--suite", choices=SUITES, default="throughput")
     known, _ = pre.parse_known_args(argv)
-    rest, skip = [], False
-    for x in argv:
-        if skip:
-            skip = False
-        elif x == "--suite":
-            skip = True
-        elif not x.startswith("--suite="):
-            rest.append(x)
-    return known.suite, rest
+    return known.suite, _without(argv, "--suite")
 
 
 def _without(argv: list[str], opt: str) -> list[str]:
@@ -440,7 +357,7 @@ def main(argv=None) -> int:
 def main_throughput(argv=None) -> int:
     a = parse_args(argv)
     opt = options(a)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    interrupt_on_sigterm()
     names = [a.only] if a.only else list(BROKERS)
     if a.nice:
         # our load-generator workers are forked from this process: same autogroup
@@ -448,31 +365,23 @@ def main_throughput(argv=None) -> int:
             log(f"(could not set the scheduler autogroup's nice to {a.nice}; "
                 "--nice then only applies within this session)")
     results: dict = {
-        "meta": {
-            "started": _dt.datetime.now().isoformat(timespec="seconds"),
-            "cpus": procutil.ncpu(), "platform": platform.platform(),
-            "python": platform.python_version(), "uvloop": client_uses_uvloop(),
-            "argv": sys.argv[1:],
-            "options": {k: v for k, v in vars(opt).items() if k != "log"},
-            "workloads": a.workload_ids,
-            "repeat": max(1, a.repeat),
-        },
+        "meta": {**meta(opt, sys.argv[1:], a.workload_ids, client_uses_uvloop()),
+                 "repeat": max(1, a.repeat)},
         "brokers": {},
     }
-    interrupted = False
-    try:
+
+    def body() -> None:
         for name in names:
             broker: DeltaMQ | RabbitMQ
             if name == "deltamq":
-                broker = DeltaMQ(port=a.deltamq_port, exe=a.deltamq_exe, vhost=a.deltamq_vhost, log=log)
+                broker = new_deltamq(a)
                 ok, why = broker.available()
                 if not ok:
                     log(f"[deltamq] not runnable, skipped: {why}")
                     results["brokers"][name] = {"error": f"not runnable: {why}", "workloads": {}}
                     continue
             else:
-                broker = RabbitMQ(port=a.rabbitmq_port, log=log)
-            broker.nice = a.nice
+                broker = new_rabbitmq(a)
             out: dict = {"workloads": {}}
             results["brokers"][name] = out
             try:
@@ -481,19 +390,8 @@ def main_throughput(argv=None) -> int:
                 raise
             except Exception as e:  # noqa: BLE001
                 log(f"[{name}] FAILED to start/run: {e}")
-                out["error"] = str(e).splitlines()[0] if str(e) else repr(e)
-                out["detail"] = str(e)
-    except KeyboardInterrupt:
-        interrupted = True
-        log("\ninterrupted; brokers stopped")
-    if any(b.get("workloads") for b in results["brokers"].values()):
-        report(results, a.workload_ids, Path(a.out))
-    if interrupted:
-        return 130
-    failed = [n for n, b in results["brokers"].items()
-              if "error" in b and n != "deltamq"
-              or any("error" in w for w in b.get("workloads", {}).values())]
-    return 1 if failed else 0
+                broker_failed(out, e)
+    return run_suite(results, "brokers", body, lambda: report(results, a.workload_ids, Path(a.out)))
 
 
 if __name__ == "__main__":

@@ -37,17 +37,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as _dt
 import json
 import math
-import multiprocessing as mp
 import os
-import platform
 import signal
 import subprocess
 import sys
 import time
-import traceback
 import uuid
 from array import array
 from dataclasses import dataclass, field
@@ -57,12 +53,14 @@ from time import perf_counter, perf_counter_ns
 from typing import Callable
 
 from . import procutil
-from .amqp import (CHANNEL_OPEN, CHANNEL_OPEN_OK, FRAME_BODY, FRAME_END, FRAME_HEADER, AMQPError,
-                   Channel, Connection, install_uvloop, method_frame, shortstr)
+from .amqp import (FRAME_BODY, FRAME_END, FRAME_HEADER, AMQPError, Channel, Connection, Waker, admin,
+                   install_uvloop, method_frame, publish_confirmed, raise_if_failed, shortstr)
 from .deltamq import REPO, DeltaMQ
-from .rabbitmq import RabbitMQ
+from .suite import (add_broker_arguments, attempt, broker_failed, broker_line, cell, failures,
+                    interrupt_on_sigterm, log, machine_line, meta, new_deltamq, new_rabbitmq,
+                    run_suite, write_report)
+from .workers import PHASE, Pool, Snap, WorkloadError
 
-RESULTS = Path(__file__).resolve().parent / "results"
 BODY_SIZE = 256
 
 TARGET_RATIO = 0.5            # DeltaMQ / RabbitMQ classic, confirmed msg/s
@@ -84,7 +82,7 @@ LABELS = {"deltamq": "DeltaMQ", "rabbitmq-classic": "RabbitMQ classic",
 # shared control block: ctrl[PHASE], ctrl[RECORD] (0 = off, else the bucket
 # confirm latencies go to: CLOSED or PACED), ctrl[RATE] (PACED phase: each
 # producer's publish rate in milli-messages/s)
-PHASE, RECORD, RATE = 0, 1, 2
+RECORD, RATE = 1, 2
 SETUP, RUN, HOLD, STOP, PACED = 0, 1, 2, 3, 4
 CLOSED_LOOP, HALF_PEAK = 1, 2     # latency buckets
 TICK = 0.001                      # PACED: the producers' timer
@@ -93,10 +91,6 @@ RING = 1 << 16                # per-channel ring of publish timestamps, indexed 
 RING_MASK = RING - 1
 PACED_WINDOW = RING // 2 - 1  # PACED: unconfirmed per producer, only a safety bound (open loop)
 PACED_BATCH = 100             # PACED: at most this many messages per producer per tick
-
-
-def log(msg: str) -> None:
-    print(msg, flush=True)
 
 
 # --------------------------------------------------------------------------
@@ -166,13 +160,7 @@ class TimedChannel(Channel):
 
 
 class TimedConnection(Connection):
-    async def channel(self) -> TimedChannel:  # type: ignore[override]
-        n = self._next_channel
-        self._next_channel += 1
-        ch = TimedChannel(n, self)
-        self.channels[n] = ch
-        await ch.call(CHANNEL_OPEN, shortstr(""), CHANNEL_OPEN_OK)
-        return ch
+    channel_class = TimedChannel
 
 
 # --------------------------------------------------------------------------
@@ -257,25 +245,11 @@ def build(wid: str, opt: Options) -> Workload:
 
 async def _worker(ws: WorkerSpec, wl: Workload, host: str, port: int, vhost: str,
                   ctrl, pubc, confc, recv, ready) -> tuple[bytes, int]:
-    loop = asyncio.get_running_loop()
     conns: list[TimedConnection] = []
     prods: list[tuple[ProdSpec, TimedConnection, TimedChannel, bytes, int]] = []
     cons: list[Channel] = []
-    wake_fut: asyncio.Future | None = None
-
-    def wake(*_a) -> None:
-        if wake_fut is not None and not wake_fut.done():
-            wake_fut.set_result(None)
-
-    async def nap(t: float) -> None:
-        nonlocal wake_fut
-        wake_fut = loop.create_future()
-        h = loop.call_later(t, wake)
-        try:
-            await wake_fut
-        finally:
-            h.cancel()
-            wake_fut = None
+    waker = Waker()
+    wake, nap = waker.wake, waker.nap
 
     try:
         for ps in ws.producers:                     # one connection per producer
@@ -313,9 +287,7 @@ async def _worker(ws: WorkerSpec, wl: Workload, host: str, port: int, vhost: str
         paced = {"ticks": 0, "blocked_ticks": 0, "max_behind_ms": 0.0}
 
         def check() -> None:
-            for c in conns:
-                if c.error:
-                    raise AMQPError(c.error)
+            raise_if_failed(conns)
 
         async def run_paced() -> None:
             """PACED: every producer publishes ctrl[RATE]/1000 msg/s on a 1 ms
@@ -398,45 +370,15 @@ async def _worker(ws: WorkerSpec, wl: Workload, host: str, port: int, vhost: str
         await asyncio.gather(*(c.close(timeout=3) for c in conns), return_exceptions=True)
 
 
-def _worker_main(ws, wl, host, port, vhost, ctrl, pubc, confc, recv, ready, pipe, nice) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)      # the parent handles Ctrl-C
-    if nice:
-        try:
-            os.nice(nice)
-        except OSError:
-            pass
-    install_uvloop()
-    try:
-        lats, info = asyncio.run(_worker(ws, wl, host, port, vhost, ctrl, pubc, confc, recv, ready))
-        pipe.send(("ok", info))
-        for k in (CLOSED_LOOP, HALF_PEAK):
-            pipe.send_bytes(lats[k])
-    except BaseException:  # noqa: BLE001
-        ready[ws.wid] = -1
-        try:
-            pipe.send(("error", traceback.format_exc()))
-        except Exception:  # noqa: BLE001
-            pass
-    finally:
-        pipe.close()
+def _reply(pipe, out: tuple[dict, dict]) -> None:
+    lats, info = out
+    pipe.send(("ok", info))
+    for k in (CLOSED_LOOP, HALF_PEAK):
+        pipe.send_bytes(lats[k])
 
 
 # --------------------------------------------------------------------------
 # parent side helpers
-
-
-async def _with_channel(broker, fn, conn_cls=Connection):
-    conn = await conn_cls.open(broker.host, broker.port, broker.vhost)
-    try:
-        ch = await conn.channel()
-        return await fn(conn, ch)
-    finally:
-        await conn.close()
-
-
-def admin(broker, fn, conn_cls=Connection):
-    install_uvloop()
-    return asyncio.run(_with_channel(broker, fn, conn_cls))
 
 
 def declare_fresh(broker, queue: str, args: dict | None) -> None:
@@ -457,10 +399,6 @@ def pct(vals, q: float) -> float | None:
     return vals[i]
 
 
-class WorkloadError(RuntimeError):
-    pass
-
-
 class CpuWatch:
     """Machine CPU over a stretch of D3/D4 and how much of it was not ours:
     'ours' is this process and its children (the Spark JVM of D3) plus the
@@ -474,15 +412,12 @@ class CpuWatch:
 
     def result(self, *broker_pids: int) -> dict:
         dt = max(1e-6, perf_counter() - self.t)
-        m1 = procutil.machine_cpu()
+        busy, irq, _ = procutil.machine_pct(self.machine, procutil.machine_cpu())
         every = procutil.all_cpu_seconds()
         ours = set(procutil.tree(os.getpid())) | {os.getpid()}
         for b in broker_pids:
             ours |= set(procutil.tree(b))
         ours_s = sum(every[x] - self.every.get(x, 0.0) for x in ours if x in every)
-        total = max(1, m1[1] - self.machine[1])
-        busy = 100 * (m1[0] - self.machine[0]) / total * procutil.ncpu()
-        irq = 100 * (m1[2] - self.machine[2]) / total * procutil.ncpu()
         mine = 100 * ours_s / dt
         return {"window_s": round(dt, 2), "machine_busy_pct": round(busy, 1),
                 "ours_cpu_pct": round(mine, 1), "irq_softirq_pct": round(irq, 1),
@@ -493,14 +428,8 @@ class CpuWatch:
 def run_throughput(broker, wl: Workload, queue_args: dict | None, opt: Options) -> dict:
     """D1/D2 against one broker / queue type."""
     lg = opt.log
-    ctx = mp.get_context("fork")
-    ctrl = ctx.RawArray("q", 4)
-    pubc = ctx.RawArray("q", wl.nprod)
-    confc = ctx.RawArray("q", wl.nprod)
-    recv = ctx.RawArray("q", 1)
-    ready = ctx.RawArray("q", len(wl.workers))
-    procs: list = []
-    pipes: list = []
+    pool = Pool(broker, wl.nprod, 1, len(wl.workers), STOP, tick=0.1, last_line=True)
+    ctrl, pubc, confc, recv = pool.ctrl, pool.pubc, pool.confc, pool.recv
     res: dict = {"workload": wl.id, "title": wl.title, "producers": wl.nprod,
                  "window_per_producer": wl.window, "inflight_total": wl.window * wl.nprod,
                  "prefetch": opt.prefetch, "ack_every": opt.ack_every,
@@ -508,86 +437,31 @@ def run_throughput(broker, wl: Workload, queue_args: dict | None, opt: Options) 
     declare_fresh(broker, wl.queue, queue_args)
     try:
         for ws in wl.workers:
-            r, w = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_worker_main, name=f"bench-durable-{wl.id}-{ws.wid}",
-                            args=(ws, wl, broker.host, broker.port, broker.vhost, ctrl, pubc,
-                                  confc, recv, ready, w, opt.nice), daemon=True)
-            p.start()
-            w.close()
-            procs.append(p)
-            pipes.append(r)
+            pool.spawn(_worker, _reply, f"bench-durable-{wl.id}-{ws.wid}", ws, wl, opt.nice)
+        pool.wait_ready()
 
-        def health() -> None:
-            for i, p in enumerate(procs):
-                if ready[i] == -1 or (not p.is_alive() and ctrl[PHASE] != STOP):
-                    msg = "worker died"
-                    if pipes[i].poll(1):
-                        try:
-                            msg = str(pipes[i].recv()[1])
-                        except EOFError:
-                            pass
-                    raise WorkloadError(f"worker {i}: {msg.strip().splitlines()[-1]}")
-            if not broker.alive():
-                raise WorkloadError("broker process exited")
-
-        def sleep(t: float) -> None:
-            end = perf_counter() + t
-            while True:
-                health()
-                left = end - perf_counter()
-                if left <= 0:
-                    return
-                time.sleep(min(0.1, left))
-
-        deadline = perf_counter() + 60
-        while not all(ready[i] == 1 for i in range(len(procs))):
-            health()
-            if perf_counter() > deadline:
-                raise WorkloadError("workers not ready after 60 s")
-            time.sleep(0.05)
-        pids = [p.pid for p in procs]
-
-        def snap() -> dict:
-            bp = procutil.tree(broker.pid)
-            got = recv[0]             # before the publish counters: the backlog is never < 0
-            return {"t": perf_counter(), "pub": sum(pubc), "conf": sum(confc), "recv": got,
-                    "client": [procutil.cpu_seconds(x) for x in pids],
-                    "broker": sum(procutil.cpu_seconds(x) for x in bp), "broker_pids": bp,
-                    "machine": procutil.machine_cpu(), "everyone": procutil.all_cpu_seconds()}
-
-        def cpu(s0: dict, s1: dict) -> dict:
-            dt = s1["t"] - s0["t"]
-            per = [round(100 * (b - a) / dt, 1) for a, b in zip(s0["client"], s1["client"])]
-            total = max(1, s1["machine"][1] - s0["machine"][1])
-            busy = 100 * (s1["machine"][0] - s0["machine"][0]) / total * procutil.ncpu()
-            irq = 100 * (s1["machine"][2] - s0["machine"][2]) / total * procutil.ncpu()
-            bcpu = 100 * (s1["broker"] - s0["broker"]) / dt
-            others = procutil.top_cpu(s0["everyone"], s1["everyone"], dt,
-                                      set(pids) | set(s1["broker_pids"]) | {os.getpid()})
-            return {"window_s": round(dt, 2),
-                    "confirmed_per_s": round((s1["conf"] - s0["conf"]) / dt),
-                    "published_per_s": round((s1["pub"] - s0["pub"]) / dt),
-                    "consumed_per_s": round((s1["recv"] - s0["recv"]) / dt),
-                    "backlog_end": s1["pub"] - s1["recv"],
-                    "client_cpu_pct_per_process": per,
-                    "broker_cpu_pct": round(bcpu, 1),
-                    "machine_busy_pct": round(busy, 1),
-                    "irq_softirq_pct": round(irq, 1),
-                    "other_jobs_pct": round(max(0.0, busy - sum(per) - bcpu - irq), 1),
-                    "other_busy_processes": others}
+        def cpu(s0: Snap, s1: Snap) -> dict:
+            w = pool.window(s0, s1)
+            return {"window_s": round(w.dt, 2),
+                    "confirmed_per_s": round(w.confirmed),
+                    "published_per_s": round(w.published),
+                    "consumed_per_s": round(w.received),
+                    "backlog_end": s1.pub - s1.recv,
+                    "client_cpu_pct_per_process": w.client,
+                    "broker_cpu_pct": round(w.broker, 1),
+                    "machine_busy_pct": round(w.busy, 1),
+                    "irq_softirq_pct": round(w.irq, 1),
+                    "other_jobs_pct": round(max(0.0, w.busy - sum(w.client) - w.broker - w.irq), 1),
+                    "other_busy_processes": w.others}
 
         def drain(into: dict) -> None:
             """Let the consumer catch up and the confirms come in, so the
             broker is idle before the next window / run."""
             t_drain = perf_counter()
-            while recv[0] < sum(pubc) or sum(confc) < sum(pubc):
-                health()
-                if perf_counter() - t_drain > opt.drain_timeout:
-                    into["drain_timeout"] = True
-                    lg(f"    warning: not drained within {opt.drain_timeout:.0f} s "
-                       f"(published {sum(pubc):,}, confirmed {sum(confc):,}, consumed {recv[0]:,})")
-                    break
-                time.sleep(0.05)
+            if not pool.wait(lambda: recv[0] >= sum(pubc) and sum(confc) >= sum(pubc), opt.drain_timeout):
+                into["drain_timeout"] = True
+                lg(f"    warning: not drained within {opt.drain_timeout:.0f} s "
+                   f"(published {sum(pubc):,}, confirmed {sum(confc):,}, consumed {recv[0]:,})")
             into["drain_s"] = round(perf_counter() - t_drain, 2)
 
         def other_note(c: dict) -> str:
@@ -597,11 +471,11 @@ def run_throughput(broker, wl: Workload, queue_args: dict | None, opt: Options) 
         # ---- 1. closed loop: peak confirmed msg/s (the window of unconfirmed
         # messages kept full)
         ctrl[PHASE] = RUN
-        sleep(opt.warmup)
+        pool.sleep(opt.warmup)
         ctrl[RECORD] = CLOSED_LOOP
-        s0 = snap()
-        sleep(opt.duration)
-        s1 = snap()
+        s0 = pool.snap()
+        pool.sleep(opt.duration)
+        s1 = pool.snap()
         ctrl[RECORD] = 0
         ctrl[PHASE] = HOLD
         res.update(cpu(s0, s1))
@@ -622,11 +496,11 @@ def run_throughput(broker, wl: Workload, queue_args: dict | None, opt: Options) 
             ctrl[RATE] = max(1, int(per_prod * 1000))
             hp.update({"target_rate_per_s": round(target), "per_producer_rate_per_s": round(per_prod, 1)})
             ctrl[PHASE] = PACED
-            sleep(opt.lat_warmup)
+            pool.sleep(opt.lat_warmup)
             ctrl[RECORD] = HALF_PEAK
-            p0 = snap()
-            sleep(opt.lat_duration or opt.duration)
-            p1 = snap()
+            p0 = pool.snap()
+            pool.sleep(opt.lat_duration or opt.duration)
+            p1 = pool.snap()
             ctrl[RECORD] = 0
             ctrl[PHASE] = HOLD
             hp.update(cpu(p0, p1))
@@ -635,19 +509,13 @@ def run_throughput(broker, wl: Workload, queue_args: dict | None, opt: Options) 
 
         lats = {CLOSED_LOOP: array("q"), HALF_PEAK: array("q")}
         nacked, ticks, blocked, behind = 0, 0, 0, 0.0
-        for i, (p, r) in enumerate(zip(procs, pipes)):
-            if not r.poll(30):
-                raise WorkloadError(f"worker {i} did not report")
-            kind, val = r.recv()
-            if kind != "ok":
-                raise WorkloadError(f"worker {i}: {str(val).strip()}")
+        for val, r in pool.reports():
             nacked += val["nacked"]
             ticks += val["ticks"]
             blocked += val["blocked_ticks"]
             behind = max(behind, val["max_behind_ms"])
             for k in (CLOSED_LOOP, HALF_PEAK):
                 lats[k].frombytes(r.recv_bytes())
-            p.join(10)
         ms = (lambda v: None if v is None else round(v / 1e6, 3))
 
         def stats(a: array) -> dict:
@@ -680,14 +548,7 @@ def run_throughput(broker, wl: Workload, queue_args: dict | None, opt: Options) 
             lg(f"    {nacked} publishes nacked")
         return res
     finally:
-        ctrl[PHASE] = STOP
-        for p in procs:
-            p.join(5)
-            if p.is_alive():
-                p.terminate()
-                p.join(5)
-        for r in pipes:
-            r.close()
+        pool.close()
         if broker.alive():
             try:
                 delete_queue(broker, wl.queue)
@@ -894,38 +755,13 @@ async def _publish_many(broker, q: str, n: int, window: int, lg) -> dict:
         await ch.queue_declare(q, durable=True)
         pch = await conn.channel()
         await pch.confirm_select()
-        batch = 500
         block = persistent_publish(pch.number, "", q, filler_body(), frame_max=conn.frame_max)
-        blocks = block * batch
-        loop = asyncio.get_running_loop()
-        fut: list[asyncio.Future | None] = [None]
+        blocks = block * 500
 
-        def wake(*_):
-            if fut[0] is not None and not fut[0].done():
-                fut[0].set_result(None)
-        pch.on_confirm = wake
-        conn.on_progress = wake
-        t0 = perf_counter()
-        last = t0
-        sent = 0
-        while pch.confirmed < n:
-            if conn.error:
-                raise AMQPError(conn.error)
-            k = min(batch, n - sent, window - pch.unconfirmed)
-            if k > 0 and conn.writable:
-                conn.write(blocks[: k * len(block)])
-                sent += k
-                pch.published += k
-                await asyncio.sleep(0)
-            else:
-                fut[0] = loop.create_future()
-                h = loop.call_later(0.05, wake)
-                await fut[0]
-                h.cancel()
-            if perf_counter() - last > 10:
-                last = perf_counter()
-                lg(f"    ... {pch.confirmed:,} confirmed ({pch.confirmed / (last - t0):,.0f}/s)")
-        dt = perf_counter() - t0
+        def progress(confirmed: int, elapsed: float) -> None:
+            lg(f"    ... {confirmed:,} confirmed ({confirmed / elapsed:,.0f}/s)")
+        dt = await publish_confirmed(conn, pch, n, 500, window, lambda k: blocks[: k * len(block)],
+                                     progress)
         depth, _ = await ch.queue_declare(q, passive=True)
         return {"publish_s": round(dt, 2), "publish_per_s": round(n / dt), "nacked": pch.nacked,
                 "depth_before_stop": depth}
@@ -1050,20 +886,11 @@ def run_recovery(broker: DeltaMQ, opt: Options) -> dict:
 # running the suite
 
 
-def _failed(wid: str, e: BaseException) -> dict:
-    msg = str(e) or repr(e)
-    log(f"    FAILED: {msg}")
-    if not isinstance(e, (RuntimeError, OSError, TimeoutError, AMQPError)):
-        log(traceback.format_exc())
-    return {"workload": wid, "title": TITLES[wid], "error": msg}
-
-
 def run_rabbitmq(a, opt: Options, results: dict) -> None:
     tp = [w for w in a.workload_ids if w in ("D1", "D2")]
     if not tp:
         return
-    broker = RabbitMQ(port=a.rabbitmq_port, log=log)
-    broker.nice = a.nice
+    broker = new_rabbitmq(a)
     for t in ("rabbitmq-classic", "rabbitmq-quorum"):
         if t.split("-")[1] in a.queue_types:
             results["targets"][t] = {"workloads": {}}
@@ -1078,12 +905,8 @@ def run_rabbitmq(a, opt: Options, results: dict) -> None:
                 if not broker.alive():
                     raise RuntimeError("RabbitMQ exited")
                 log(f"[rabbitmq {qt}] {wid}: {TITLES[wid]}")
-                try:
-                    out["workloads"][wid] = run_throughput(broker, build(wid, opt), args, opt)
-                except KeyboardInterrupt:
-                    raise
-                except Exception as e:  # noqa: BLE001
-                    out["workloads"][wid] = _failed(wid, e)
+                out["workloads"][wid] = attempt(wid, TITLES[wid],
+                                                lambda: run_throughput(broker, build(wid, opt), args, opt))
     except KeyboardInterrupt:
         raise
     except Exception as e:  # noqa: BLE001
@@ -1099,12 +922,7 @@ def run_deltamq(a, opt: Options, results: dict) -> None:
     out: dict = {"workloads": {}}
     results["targets"]["deltamq"] = out
 
-    def new_broker() -> DeltaMQ:
-        b = DeltaMQ(port=a.deltamq_port, exe=a.deltamq_exe, vhost=a.deltamq_vhost, log=log)
-        b.nice = a.nice
-        return b
-
-    probe = new_broker()
+    probe = new_deltamq(a)
     ok, why = probe.available()
     if not ok:
         log(f"[deltamq] not runnable, skipped: {why}")
@@ -1114,7 +932,7 @@ def run_deltamq(a, opt: Options, results: dict) -> None:
     try:
         first = [w for w in wids if w in ("D1", "D2", "D3")]
         if first:
-            broker = new_broker()
+            broker = new_deltamq(a)
             try:
                 broker.start()
                 out["description"] = (f"{broker.describe()}, durable queue on virtual host node "
@@ -1125,15 +943,10 @@ def run_deltamq(a, opt: Options, results: dict) -> None:
                         broker.stop()
                         broker.start()
                     log(f"[deltamq] {wid}: {TITLES[wid]}")
-                    try:
-                        if wid == "D3":
-                            out["workloads"][wid] = run_visibility(broker, opt, spark)
-                        else:
-                            out["workloads"][wid] = run_throughput(broker, build(wid, opt), None, opt)
-                    except KeyboardInterrupt:
-                        raise
-                    except Exception as e:  # noqa: BLE001
-                        out["workloads"][wid] = _failed(wid, e)
+                    out["workloads"][wid] = attempt(
+                        wid, TITLES[wid],
+                        lambda: (run_visibility(broker, opt, spark) if wid == "D3"
+                                 else run_throughput(broker, build(wid, opt), None, opt)))
                     if wid != "D3":
                         out["journal"] = journal_info(broker)
             finally:
@@ -1144,25 +957,19 @@ def run_deltamq(a, opt: Options, results: dict) -> None:
                 except Exception:  # noqa: BLE001
                     pass
         if "D4" in wids:
-            broker = new_broker()
+            broker = new_deltamq(a)
             try:
                 broker.start()
                 out.setdefault("description", broker.describe())
                 log(f"[deltamq] D4: {TITLES['D4']} (fresh broker, {opt.recovery_messages:,} messages)")
-                try:
-                    out["workloads"]["D4"] = run_recovery(broker, opt)
-                except KeyboardInterrupt:
-                    raise
-                except Exception as e:  # noqa: BLE001
-                    out["workloads"]["D4"] = _failed("D4", e)
+                out["workloads"]["D4"] = attempt("D4", TITLES["D4"], lambda: run_recovery(broker, opt))
             finally:
                 broker.stop()
     except KeyboardInterrupt:
         raise
     except Exception as e:  # noqa: BLE001
         log(f"[deltamq] FAILED: {e}")
-        out["error"] = str(e).splitlines()[0] if str(e) else repr(e)
-        out["detail"] = str(e)
+        broker_failed(out, e)
 
 
 # --------------------------------------------------------------------------
@@ -1174,15 +981,10 @@ def _w(results: dict, target: str, wid: str) -> dict | None:
 
 
 def _f(v, kind: str) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "—"
+    """kind: rate, s, or ms (one decimal from 100 ms on)."""
     if kind == "rate":
-        return f"{v:,.0f}"
-    if kind == "ms":
-        return f"{v:,.1f}" if v >= 100 else f"{v:.2f}"
-    if kind == "s":
-        return f"{v:.2f}"
-    return str(v)
+        return cell(v, ",.0f")
+    return cell(v, ",.1f" if kind == "ms" and v is not None and v >= 100 else ".2f")
 
 
 HEAD = ["Workload", "Metric", "DeltaMQ", "RabbitMQ classic", "RabbitMQ quorum",
@@ -1321,13 +1123,12 @@ def header(results: dict) -> list[str]:
              f"{o.get('latency_fraction', 0.5):g}× that broker's peak confirmed msg/s, split evenly over "
              f"the producers and paced by a {TICK * 1000:g} ms timer, window "
              f"{o.get('lat_duration') or o['duration']} s after {o.get('lat_warmup', 0)} s",
-             f"machine: {m['cpus']} CPUs, {m['platform']}; load generator: Python {m['python']}, "
-             f"{'uvloop' if m['uvloop'] else 'asyncio'}, raw-frame client, producers in "
+             f"{machine_line(m)}, raw-frame client, producers in "
              f"{o['producer_procs']} process(es), consumer in its own"]
     for t in TARGETS:
         info = results["targets"].get(t)
         if info:
-            lines.append(f"{LABELS[t]}: {info.get('description') or info.get('error', '')}")
+            lines.append(broker_line(LABELS[t], info))
     return lines
 
 
@@ -1424,57 +1225,21 @@ def notes(results: dict, wids: list[str]) -> list[str]:
             s += f"; NOT RECOVERED: {w4['not_recovered']}"
         out.append(s)
     for t in TARGETS:
-        info = results["targets"].get(t) or {}
-        if "error" in info:
-            out.append(f"{LABELS[t]}: {info['error']}")
-        for wid in wids:
-            w = (info.get("workloads") or {}).get(wid)
-            if w and "error" in w:
-                first = w["error"].strip().splitlines()
-                out.append(f"{LABELS[t]} {wid} FAILED: {first[-1] if first else '?'}")
+        out += failures(LABELS[t], results["targets"].get(t) or {}, wids)
     return out
 
 
-def _text_table(head, rows_) -> str:
-    w = [max(len(str(r[i])) for r in [head] + rows_) for i in range(len(head))]
-    lines = []
-    for k, r in enumerate([head] + rows_):
-        cells = [(str(c).rjust(w[i]) if k and i >= 2 and head[i] not in ("Target", "DeltaMQ vs target",
-                                                                        "window")
-                  else str(c).ljust(w[i])) for i, c in enumerate(r)]
-        lines.append("  ".join(cells).rstrip())
-        if k == 0:
-            lines.append("  ".join("-" * x for x in w))
-    return "\n".join(lines)
-
-
-def _md_table(head, rows_) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows_]
-    return "\n".join(lines)
+def _right(i: int, heading: str) -> bool:
+    """Right-aligned columns: the figures (not the target and verdict)."""
+    return i >= 2 and heading not in ("Target", "DeltaMQ vs target", "window")
 
 
 def report(results: dict, wids: list[str], out_dir: Path) -> None:
-    head, main_rows = _drop(HEAD, rows(results, wids), _present(results))
-    cpu = cpu_rows(results, wids)
-    n = notes(results, wids)
-    txt = "\n".join(header(results)) + "\n\n" + _text_table(head, main_rows)
-    if cpu:
-        txt += "\n\nCPU during the D1/D2 windows (100% = one core):\n" + _text_table(CPU_HEAD, cpu)
-    if n:
-        txt += "\n\n" + "\n".join(n)
-    print("\n" + txt + "\n", flush=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stamp = results["meta"]["started"].replace(":", "").replace("-", "").replace("T", "-")[:15]
-    md = ("# Persistent messages, durable queues: DeltaMQ vs RabbitMQ\n\n"
-          + "\n".join(f"- {x}" for x in header(results)[1:]) + "\n\n" + _md_table(head, main_rows) + "\n")
-    if cpu:
-        md += "\n## CPU during the D1/D2 windows (100% = one core)\n\n" + _md_table(CPU_HEAD, cpu) + "\n"
-    if n:
-        md += "\n## Notes\n\n" + "\n".join(f"- {x}" for x in n) + "\n"
-    for name in (f"durable-{stamp}", "durable-latest"):
-        (out_dir / f"{name}.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-        (out_dir / f"{name}.md").write_text(md)
+    stamp = write_report(results, out_dir, title="Persistent messages, durable queues: DeltaMQ vs RabbitMQ",
+                         header=header(results), table=_drop(HEAD, rows(results, wids), _present(results)),
+                         cpu_title="CPU during the D1/D2 windows (100% = one core)",
+                         cpu=(CPU_HEAD, cpu_rows(results, wids)), notes=notes(results, wids),
+                         right=_right, prefix="durable", latest="durable-latest")
     print(f"results: {out_dir / f'durable-{stamp}.json'} and .md (also durable-latest.json/.md)")
 
 
@@ -1514,11 +1279,7 @@ def parser() -> argparse.ArgumentParser:
                          "spark.databricks.delta.snapshotPartitions=2 (repeatable; default none)")
     ap.add_argument("--nice", type=int, default=0,
                     help="niceness increment for brokers and load generator (default 0)")
-    ap.add_argument("--rabbitmq-port", type=int, default=5680)
-    ap.add_argument("--deltamq-port", type=int, default=0, help="default: a free port")
-    ap.add_argument("--deltamq-exe", default=None, help="default: <repo>/.venv/bin/deltamq")
-    ap.add_argument("--deltamq-vhost", default="/")
-    ap.add_argument("--out", default=str(RESULTS), help="results directory (default bench/results)")
+    add_broker_arguments(ap)
     return ap
 
 
@@ -1565,49 +1326,30 @@ def options(a: argparse.Namespace) -> Options:
     return o
 
 
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def main(argv=None, lenient: bool = False) -> int:
     a = parse_args(argv, lenient)
     opt = options(a)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    interrupt_on_sigterm()
     if a.nice and not procutil.set_autogroup_nice(a.nice):
         log(f"(could not set the scheduler autogroup's nice to {a.nice})")
     results: dict = {
         "meta": {
             "suite": "durable",
-            "started": _dt.datetime.now().isoformat(timespec="seconds"),
-            "cpus": procutil.ncpu(), "platform": platform.platform(),
-            "python": platform.python_version(), "uvloop": install_uvloop(),
-            "argv": sys.argv[1:] if argv is None else list(argv),
-            "options": {k: v for k, v in vars(opt).items() if k != "log"},
-            "workloads": a.workload_ids,
+            **meta(opt, sys.argv[1:] if argv is None else list(argv), a.workload_ids, install_uvloop()),
             "targets": {"ratio_vs_classic": TARGET_RATIO, "p99_confirm_ms": TARGET_P99_MS,
                         "visible_s": TARGET_VISIBLE_S, "recovery_s": TARGET_RECOVERY_S},
         },
         "targets": {},
     }
-    interrupted = False
-    try:
+
+    def body() -> None:
         # RabbitMQ first: D3 starts a Spark JVM in this process, better after
         # every forked load generator has run
         if a.only in (None, "rabbitmq"):
             run_rabbitmq(a, opt, results)
         if a.only in (None, "deltamq"):
             run_deltamq(a, opt, results)
-    except KeyboardInterrupt:
-        interrupted = True
-        log("\ninterrupted; brokers stopped")
-    if any(t.get("workloads") for t in results["targets"].values()):
-        report(results, a.workload_ids, Path(a.out))
-    if interrupted:
-        return 130
-    bad = [t for t, info in results["targets"].items()
-           if ("error" in info and t != "deltamq")
-           or any("error" in w for w in info.get("workloads", {}).values())]
-    return 1 if bad else 0
+    return run_suite(results, "targets", body, lambda: report(results, a.workload_ids, Path(a.out)))
 
 
 if __name__ == "__main__":

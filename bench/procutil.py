@@ -115,6 +115,14 @@ def machine_cpu() -> tuple[int, int, int, int]:
     return total - idle, total, vals[5] + vals[6], vals[7]
 
 
+def machine_pct(m0: tuple[int, int, int, int], m1: tuple[int, int, int, int]) -> tuple[float, float, float]:
+    """(busy, irq+softirq, steal) between two machine_cpu() readings, in % of one core."""
+    total = max(1, m1[1] - m0[1])
+    n = ncpu()
+    return (100 * (m1[0] - m0[0]) / total * n, 100 * (m1[2] - m0[2]) / total * n,
+            100 * (m1[3] - m0[3]) / total * n)
+
+
 def ncpu() -> int:
     try:
         return len(os.sched_getaffinity(0))

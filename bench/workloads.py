@@ -26,21 +26,17 @@ STOP      workers close, send their latency samples back, exit.
 from __future__ import annotations
 
 import asyncio
-import multiprocessing as mp
-import os
-import signal
-import time
-import traceback
 from array import array
 from dataclasses import dataclass, field
 from time import perf_counter, perf_counter_ns
 from typing import Callable
 
 from . import procutil
-from .amqp import AMQPError, Connection, Publisher, install_uvloop
+from .amqp import Connection, Publisher, Waker, admin, publish_confirmed, raise_if_failed
+from .workers import PHASE, Pool, Window, WorkloadError
 
 SETUP, RUN_MAX, PAUSE, RUN_RATE, STOP = 0, 1, 2, 3, 4
-PHASE, RATE, RECORD = 0, 1, 2
+RATE, RECORD = 1, 2            # ctrl slots besides PHASE
 
 MANUAL_ACK_PREFETCH = 100
 MANUAL_ACK_EVERY = 50
@@ -210,25 +206,11 @@ class _Prod:
 
 async def _worker(ws: WorkerSpec, wl: Workload, host: str, port: int, vhost: str,
                   ctrl, pubc, confc, recv, ready) -> bytes:
-    loop = asyncio.get_running_loop()
     conns: list[Connection] = []
     prods: list[_Prod] = []
     cons = []
-    wake_fut: asyncio.Future | None = None
-
-    def wake(*_a) -> None:
-        if wake_fut is not None and not wake_fut.done():
-            wake_fut.set_result(None)
-
-    async def nap(t: float) -> None:
-        nonlocal wake_fut
-        wake_fut = loop.create_future()
-        h = loop.call_later(t, wake)
-        try:
-            await wake_fut
-        finally:
-            h.cancel()
-            wake_fut = None
+    waker = Waker()
+    wake, nap = waker.wake, waker.nap
 
     try:
         for cs in ws.conns:
@@ -260,9 +242,7 @@ async def _worker(ws: WorkerSpec, wl: Workload, host: str, port: int, vhost: str
         backlog_cap = wl.backlog
 
         def check() -> None:
-            for c in conns:
-                if c.error:
-                    raise AMQPError(c.error)
+            raise_if_failed(conns)
 
         # publishes of one loop iteration, coalesced into one write per connection
         pending: dict[Connection, list] = {}
@@ -356,50 +336,13 @@ async def _worker(ws: WorkerSpec, wl: Workload, host: str, port: int, vhost: str
         await asyncio.gather(*(c.close(timeout=3) for c in conns), return_exceptions=True)
 
 
-def _worker_main(ws: WorkerSpec, wl: Workload, host: str, port: int, vhost: str,
-                 ctrl, pubc, confc, recv, ready, pipe, nice: int = 0) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)     # the parent handles Ctrl-C
-    if nice:
-        try:
-            os.nice(nice)
-        except OSError:
-            pass
-    install_uvloop()
-    try:
-        samples = asyncio.run(_worker(ws, wl, host, port, vhost, ctrl, pubc, confc, recv, ready))
-        pipe.send(("ok", ""))
-        pipe.send_bytes(samples)
-    except BaseException as e:  # noqa: BLE001
-        ready[ws.wid] = -1
-        try:
-            msg = str(e) if isinstance(e, AMQPError) else traceback.format_exc()
-            pipe.send(("error", msg))
-        except Exception:  # noqa: BLE001
-            pass
-    finally:
-        pipe.close()
+def _reply(pipe, samples: bytes) -> None:
+    pipe.send(("ok", ""))
+    pipe.send_bytes(samples)
 
 
 # --------------------------------------------------------------------------
 # the parent side
-
-
-class WorkloadError(RuntimeError):
-    pass
-
-
-async def _admin(broker, fn):
-    conn = await Connection.open(broker.host, broker.port, broker.vhost)
-    try:
-        ch = await conn.channel()
-        return await fn(conn, ch)
-    finally:
-        await conn.close()
-
-
-def _run_admin(broker, fn):
-    install_uvloop()
-    return asyncio.run(_admin(broker, fn))
 
 
 def setup(broker, wl: Workload) -> None:
@@ -411,7 +354,7 @@ def setup(broker, wl: Workload) -> None:
             await ch.queue_purge(q)
         for q, ex, rk in wl.bindings:
             await ch.queue_bind(q, ex, rk)
-    _run_admin(broker, go)
+    admin(broker, go)
 
 
 def teardown(broker, wl: Workload) -> None:
@@ -420,19 +363,7 @@ def teardown(broker, wl: Workload) -> None:
             await ch.queue_delete(q)
         if wl.exchange:
             await ch.exchange_delete(wl.exchange[0])
-    _run_admin(broker, go)
-
-
-@dataclass
-class _Snap:
-    t: float
-    pub: int
-    recv: int
-    client_cpu: list[float]
-    broker_cpu: float
-    machine: tuple[int, int, int, int]
-    everyone: dict[int, float]
-    broker_pids: list[int]
+    admin(broker, go)
 
 
 def _pct(sorted_vals: array | list, q: float) -> float:
@@ -442,98 +373,40 @@ def _pct(sorted_vals: array | list, q: float) -> float:
     return sorted_vals[i] / 1e6
 
 
+def _cpu(w: Window) -> dict:
+    return {"client_cpu_pct": round(sum(w.client), 1), "client_cpu_pct_per_process": w.client,
+            "client_cpu_pct_max_process": max(w.client) if w.client else 0.0,
+            "broker_cpu_pct": round(w.broker, 1),
+            "machine_busy_pct": round(w.busy, 1),
+            "irq_softirq_pct": round(w.irq, 1),
+            "steal_pct": round(w.steal, 1),
+            "other_busy_processes": w.others}
+
+
 def run(broker, wl: Workload, opt: Options) -> dict:
     """Run one throughput+latency workload; returns a result dict."""
     log = opt.log
-    ctx = mp.get_context("fork")
-    ctrl = ctx.RawArray("q", 4)
-    pubc = ctx.RawArray("q", wl.nprod)
-    confc = ctx.RawArray("q", wl.nprod)
-    recv = ctx.RawArray("q", wl.ncons)
-    ready = ctx.RawArray("q", len(wl.workers))
-    procs: list = []
-    pipes: list = []
+    pool = Pool(broker, wl.nprod, wl.ncons, len(wl.workers), STOP, tick=0.2, amqp_text=True)
+    ctrl, pubc, recv = pool.ctrl, pool.pubc, pool.recv
     result: dict = {"workload": wl.id, "title": wl.title, "consumers": wl.consumer_mode,
                     "client_processes": len(wl.workers)}
     setup(broker, wl)
     try:
         for ws in wl.workers:
-            r, w = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_worker_main, name=f"bench-w{wl.id}-{ws.wid}",
-                            args=(ws, wl, broker.host, broker.port, broker.vhost,
-                                  ctrl, pubc, confc, recv, ready, w, opt.nice), daemon=True)
-            p.start()
-            w.close()
-            procs.append(p)
-            pipes.append(r)
-
-        def health() -> None:
-            for i, p in enumerate(procs):
-                if ready[i] == -1 or (not p.is_alive() and ctrl[PHASE] != STOP):
-                    msg = "worker died"
-                    if pipes[i].poll(1):
-                        try:
-                            kind, msg = pipes[i].recv()
-                        except EOFError:
-                            pass
-                    raise WorkloadError(f"worker {i}: {msg.strip()}")
-            if not broker.alive():
-                raise WorkloadError("broker process exited")
-
-        def sleep(t: float) -> None:
-            end = perf_counter() + t
-            while True:
-                health()
-                left = end - perf_counter()
-                if left <= 0:
-                    return
-                time.sleep(min(0.2, left))
-
-        deadline = perf_counter() + 60
-        while not all(ready[i] == 1 for i in range(len(procs))):
-            health()
-            if perf_counter() > deadline:
-                raise WorkloadError("workers not ready after 60 s")
-            time.sleep(0.05)
-
-        pids = [p.pid for p in procs]
-
-        def snap() -> _Snap:
-            t, pb, rc = perf_counter(), sum(pubc), sum(recv)
-            bp = procutil.tree(broker.pid)
-            return _Snap(t, pb, rc, [procutil.cpu_seconds(x) for x in pids],
-                         sum(procutil.cpu_seconds(x) for x in bp), procutil.machine_cpu(),
-                         procutil.all_cpu_seconds(), bp)
-
-        def cpu(a: _Snap, b: _Snap) -> dict:
-            dt = b.t - a.t
-            per = [round(100 * (y - x) / dt, 1) for x, y in zip(a.client_cpu, b.client_cpu)]
-            total = max(1, b.machine[1] - a.machine[1])
-            busy = (b.machine[0] - a.machine[0]) / total
-            irq = (b.machine[2] - a.machine[2]) / total
-            steal = (b.machine[3] - a.machine[3]) / total
-            others = procutil.top_cpu(a.everyone, b.everyone, dt,
-                                      set(pids) | set(b.broker_pids) | {os.getpid()})
-            return {"client_cpu_pct": round(sum(per), 1), "client_cpu_pct_per_process": per,
-                    "client_cpu_pct_max_process": max(per) if per else 0.0,
-                    "broker_cpu_pct": round(100 * (b.broker_cpu - a.broker_cpu) / dt, 1),
-                    "machine_busy_pct": round(100 * busy * procutil.ncpu(), 1),
-                    "irq_softirq_pct": round(100 * irq * procutil.ncpu(), 1),
-                    "steal_pct": round(100 * steal * procutil.ncpu(), 1),
-                    "other_busy_processes": others}
+            pool.spawn(_worker, _reply, f"bench-w{wl.id}-{ws.wid}", ws, wl, opt.nice)
+        pool.wait_ready()
 
         # ---- throughput
         ctrl[PHASE] = RUN_MAX
-        sleep(opt.warmup)
-        s0 = snap()
-        sleep(opt.duration)
-        s1 = snap()
+        pool.sleep(opt.warmup)
+        s0 = pool.snap()
+        pool.sleep(opt.duration)
+        s1 = pool.snap()
         ctrl[PHASE] = PAUSE
-        dt = s1.t - s0.t
-        pub_rate = (s1.pub - s0.pub) / dt
-        del_rate = (s1.recv - s0.recv) / dt
+        tw = pool.window(s0, s1)
+        pub_rate, del_rate = tw.published, tw.received
         result["throughput"] = {"published_per_s": round(pub_rate), "delivered_per_s": round(del_rate),
-                                "window_s": round(dt, 2), **cpu(s0, s1)}
+                                "window_s": round(tw.dt, 2), **_cpu(tw)}
         log(f"    throughput: published {pub_rate:,.0f}/s delivered {del_rate:,.0f}/s  "
             f"(client CPU {result['throughput']['client_cpu_pct']}% "
             f"{result['throughput']['client_cpu_pct_per_process']}, broker CPU "
@@ -544,14 +417,9 @@ def run(broker, wl: Workload, opt: Options) -> dict:
         # ---- drain
         def drained() -> bool:
             return all(recv[c] >= sum(pubc[p] for p in ps) for c, ps in wl.feeds.items())
-        t_drain = perf_counter()
-        while not drained():
-            health()
-            if perf_counter() - t_drain > opt.drain_timeout:
-                result["drain_timeout"] = True
-                log(f"    warning: consumers did not catch up within {opt.drain_timeout}s")
-                break
-            time.sleep(0.05)
+        if not pool.wait(drained, opt.drain_timeout):
+            result["drain_timeout"] = True
+            log(f"    warning: consumers did not catch up within {opt.drain_timeout}s")
 
         # ---- latency at a fraction of the peak publish rate
         target = pub_rate * opt.latency_fraction
@@ -559,35 +427,29 @@ def run(broker, wl: Workload, opt: Options) -> dict:
             raise WorkloadError("peak publish rate is ~0; cannot measure latency")
         ctrl[RATE] = max(1, int(target / wl.nprod * 1000))
         ctrl[PHASE] = RUN_RATE
-        sleep(opt.lat_warmup)
+        pool.sleep(opt.lat_warmup)
         ctrl[RECORD] = 1
-        l0 = snap()
-        sleep(opt.lat_duration)
+        l0 = pool.snap()
+        pool.sleep(opt.lat_duration)
         ctrl[RECORD] = 0
-        l1 = snap()
-        ldt = l1.t - l0.t
+        l1 = pool.snap()
+        lw = pool.window(l0, l1)
         ctrl[PHASE] = STOP
 
         samples = array("q")
-        for i, (p, r) in enumerate(zip(procs, pipes)):
-            if not r.poll(30):
-                raise WorkloadError(f"worker {i} did not report")
-            kind, msg = r.recv()
-            if kind != "ok":
-                raise WorkloadError(f"worker {i}: {msg.strip()}")
+        for _, r in pool.reports():
             samples.frombytes(r.recv_bytes())
-            p.join(10)
         vals = sorted(samples)
         result["latency"] = {
             "target_rate_per_s": round(target),
-            "published_per_s": round((l1.pub - l0.pub) / ldt),
-            "delivered_per_s": round((l1.recv - l0.recv) / ldt),
+            "published_per_s": round(lw.published),
+            "delivered_per_s": round(lw.received),
             "samples": len(vals),
             "p50_ms": round(_pct(vals, 0.50), 3),
             "p99_ms": round(_pct(vals, 0.99), 3),
             "p999_ms": round(_pct(vals, 0.999), 3),
             "max_ms": round(vals[-1] / 1e6, 3) if vals else None,
-            **cpu(l0, l1),
+            **_cpu(lw),
         }
         L = result["latency"]
         log(f"    latency @ {target:,.0f} msg/s published (achieved {L['published_per_s']:,}/s): "
@@ -597,14 +459,7 @@ def run(broker, wl: Workload, opt: Options) -> dict:
             + ")")
         return result
     finally:
-        ctrl[PHASE] = STOP
-        for p in procs:
-            p.join(5)
-            if p.is_alive():
-                p.terminate()
-                p.join(5)
-        for r in pipes:
-            r.close()
+        pool.close()
         if broker.alive():
             try:
                 teardown(broker, wl)
@@ -636,30 +491,9 @@ def run_memory(broker, opt: Options) -> dict:
         await pch.confirm_select()
         batch, window = 500, 5000
         pub = Publisher(pch.number, "", q, batch, frame_max=conn.frame_max)
-        fut: list[asyncio.Future | None] = [None]
-
-        def wake(*_):
-            if fut[0] is not None and not fut[0].done():
-                fut[0].set_result(None)
-        pch.on_confirm = wake
-        conn.on_progress = wake
-        t0 = perf_counter()
-        sent = 0
-        while pch.confirmed < n:
-            if conn.error:
-                raise AMQPError(conn.error)
-            k = min(batch, n - sent, window - pch.unconfirmed)
-            if k > 0 and conn.writable:
-                conn.write(bytes(pub.batch(k, perf_counter_ns())))
-                sent += k
-                pch.published += k
-                await asyncio.sleep(0)
-            else:
-                fut[0] = loop.create_future()
-                h = loop.call_later(0.05, wake)
-                await fut[0]
-                h.cancel()
-        res["publish_s"] = round(perf_counter() - t0, 2)
+        took = await publish_confirmed(conn, pch, n, batch, window,
+                                       lambda k: bytes(pub.batch(k, perf_counter_ns())))
+        res["publish_s"] = round(took, 2)
         res["nacked"] = pch.nacked
         await asyncio.sleep(opt.mem_settle)
         res["rss_after"] = procutil.rss_bytes(pid)
@@ -679,10 +513,10 @@ def run_memory(broker, opt: Options) -> dict:
         res["rss_after_delete"] = procutil.rss_bytes(pid)
 
     try:
-        _run_admin(broker, go)
+        admin(broker, go)
     except Exception:
         try:
-            _run_admin(broker, lambda conn, ch: ch.queue_delete(q))
+            admin(broker, lambda conn, ch: ch.queue_delete(q))
         except Exception:  # noqa: BLE001
             pass
         raise
