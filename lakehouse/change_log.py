@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from .delta_table import AppendOnlyTable
+from .delta_table import AppendOnlyTable, Location
 
 Row = dict[str, Any]
 
@@ -34,8 +33,9 @@ def change_log_schema(*fields: pa.Field) -> pa.Schema:
 class ChangeLog:
     """The rows of one store: ``key(row)`` names what a row is about."""
 
-    def __init__(self, path: str | Path, schema: pa.Schema, key: Callable[[Row], Any], *, name: str) -> None:
-        self.table = AppendOnlyTable(path, schema, name=name)
+    def __init__(self, path: Location, schema: pa.Schema, key: Callable[[Row], Any], *, name: str,
+                 storage_options: dict[str, str] | None = None) -> None:
+        self.table = AppendOnlyTable(path, schema, name=name, storage_options=storage_options)
         self.schema = schema
         self.key = key
         self.current: dict[Any, Row] = {}
@@ -59,7 +59,7 @@ class ChangeLog:
         self._write([{**self.current[k], "op": "remove"} for k in keys if k in self.current])
 
     def _write(self, rows: list[Row]) -> None:
-        """One Delta commit for all of ``rows``, fsynced before returning."""
+        """One Delta commit for all of ``rows``, durable (fsynced, or PUT) before returning."""
         if not rows:
             return
         now = dt.datetime.now(dt.timezone.utc)

@@ -21,14 +21,20 @@ column                type                meaning
 ``changed_at``        timestamp[us, UTC]  when the change was made
 ====================  ==================  ==========================================
 
-``save``/``remove`` return only once the Delta commit is fsynced.
+``save``/``remove`` return only once the Delta commit is durable (fsynced).
+
+``storePath`` may also be an object storage URI (``s3://bucket/prefix``): the
+node's tables (``config``, ``link_termini``, ``journal``) are then kept there,
+one prefix each under it.  delta-rs takes the credentials and endpoint from
+the standard environment variables (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``,
+``AWS_ALLOW_HTTP``, ...); see :mod:`lakehouse.delta_table`.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from pathlib import Path
 
 import pyarrow as pa
 
@@ -36,7 +42,7 @@ from broker.errors import ConfigurationError
 from broker.model.config_store import ConfigurationRecord, ordered
 
 from .change_log import ChangeLog, Row, change_log_schema
-from .delta_table import AppendOnlyTable
+from .delta_table import AppendOnlyTable, Location, child_location, is_uri, local_path
 from .journal import DeltaMessageJournal
 from .termini_store import DeltaTerminusStore
 
@@ -54,8 +60,10 @@ class DeltaConfigurationStore:
     def __init__(self, path: str | None = None) -> None:
         if not path:
             raise ConfigurationError("a virtual host node of type 'delta' needs a storePath")
-        self.path = Path(path)
-        self.log = ChangeLog(self.path / "config", CONFIG_SCHEMA, lambda row: row["id"], name="config")
+        #: a local directory (Path), or an object storage URI (str, never a Path: ``s3://``)
+        self.path: Location = path.rstrip("/") if is_uri(path) else local_path(path)
+        self.log = ChangeLog(child_location(self.path, "config"), CONFIG_SCHEMA, lambda row: row["id"],
+                             name="config")
 
     @property
     def table(self) -> AppendOnlyTable:
@@ -67,7 +75,7 @@ class DeltaConfigurationStore:
 
     def message_journal(self, vhost: str) -> DeltaMessageJournal:
         """The node's message journal, in ``<storePath>/journal``."""
-        return DeltaMessageJournal(self.path / "journal", vhost)
+        return DeltaMessageJournal(child_location(self.path, "journal"), vhost)
 
     def open(self) -> None:
         self.log.open()

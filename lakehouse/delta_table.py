@@ -26,39 +26,111 @@ shape it:
   ``checkpoint_interval`` commits, or by a maintenance thread), compaction,
   vacuum and every read (QueryBuilder; the ``to_pyarrow_*`` readers can abort
   the process at exit: delta-rs issue 2184).
+
+Object storage
+--------------
+A table's location may also be a URI (``s3://bucket/prefix/table``; any
+scheme delta-rs knows), with ``storage_options`` for delta-rs.  Without them
+delta-rs reads the standard environment variables itself (for S3:
+``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``,
+``AWS_ENDPOINT_URL``, ``AWS_ALLOW_HTTP``, ...).  There every write goes
+through delta-rs (an append is ``write_deltalake(mode="append")`` on a handle
+kept open between appends), and nothing is fsynced: a PUT that object
+storage has acknowledged is durable, so ``append`` is durable once it
+returns, as on a local disk.
+
+Concurrent writers on S3 (the appender and the maintenance thread's
+compaction and checkpoints, or another process) need a commit that fails if
+its version exists.  delta-rs 1.6 writes each commit file with a
+*conditional PUT* (``If-None-Match: *``) by default, which AWS S3 (since
+2024), MinIO, Cloudflare R2 and moto honour, so neither a DynamoDB locking
+provider nor ``AWS_S3_ALLOW_UNSAFE_RENAME`` is needed; the loser of a race is
+retried at the next version by delta-rs.  A store that ignores conditional
+PUTs needs ``AWS_S3_LOCKING_PROVIDER=dynamodb`` (passed through unchanged).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 import uuid
 from pathlib import Path
 from typing import Any, Callable
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
+from deltalake.exceptions import TableNotFoundError
+from deltalake.transaction import PostCommitHookProperties
 
 from broker import __version__
 
 CHECKPOINT_INTERVAL = 20
 
+#: a location: a local path, or a URI string (``s3://bucket/prefix``)
+Location = str | Path
+
+#: what ``Path("s3://bucket/x")`` leaves of a URI: ``s3:/bucket/x``
+_MANGLED_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/[^/]")
+
+
+def is_uri(location: Location) -> bool:
+    """Whether ``location`` names object storage (a URI with a scheme), not a local path.
+
+    ``file://`` URIs and Windows drive letters count as local paths.
+    """
+    if isinstance(location, Path):
+        return False
+    scheme = urlsplit(location).scheme
+    return len(scheme) > 1 and scheme != "file" and "://" in location
+
+
+def local_path(location: Location) -> Path:
+    """A local location as a :class:`~pathlib.Path` (``file://`` URIs included)."""
+    if isinstance(location, str) and location.startswith("file://"):
+        return Path(unquote(urlsplit(location).path))
+    return Path(location)
+
+
+def child_location(location: Location, *names: str) -> Location:
+    """``location`` joined with ``names``: a Path for local paths, a URI string otherwise.
+
+    Never ``Path(uri)``: it turns ``s3://bucket`` into ``s3:/bucket``.
+    """
+    if is_uri(location):
+        return "/".join([str(location).rstrip("/"), *names])
+    return local_path(location).joinpath(*names)
+
 
 class AppendOnlyTable:
-    """One Delta table at a local path, appended to by one writer (others may compact it)."""
+    """One Delta table, appended to by one writer (others may compact it).
 
-    def __init__(self, path: str | Path, schema: pa.Schema, *, name: str = "",
+    At a local path (or ``file://`` URI) or on object storage (a URI such as
+    ``s3://bucket/prefix/table``; see the module's docstring).
+    """
+
+    def __init__(self, path: Location, schema: pa.Schema, *, name: str = "",
                  checkpoint_interval: int = CHECKPOINT_INTERVAL, stats_column: str | None = None,
-                 properties: dict[str, str] | None = None) -> None:
-        self.path = Path(path)
+                 properties: dict[str, str] | None = None,
+                 storage_options: dict[str, str] | None = None) -> None:
+        if isinstance(path, Path) and _MANGLED_URI.match(str(path)):
+            raise ValueError(f"{path}: a URI turned into a Path (which drops a slash of '://');"
+                             " pass object storage locations as strings")
+        #: true when the table is on object storage, not a local file system
+        self.remote = is_uri(path)
+        self._path = None if self.remote else local_path(path)
+        #: where the table is, as delta-rs takes it: a local path or a URI
+        self.uri = str(path).rstrip("/") if self.remote else str(self._path)
+        #: options for delta-rs's object store (None: its defaults and the environment)
+        self.storage_options = dict(storage_options) if storage_options else None
         self.schema = schema
-        self.name = name or self.path.name
+        self.name = name or self.uri.rsplit("/", 1)[-1]
         self.checkpoint_interval = checkpoint_interval
         #: a column whose min/max go into each file's stats (Spark skips files with them)
         self.stats_column = stats_column
@@ -69,13 +141,36 @@ class AppendOnlyTable:
         self._version = -1
         self._commits_since_checkpoint = 0
         self._lock = threading.Lock()
+        #: object storage only: the appender's delta-rs handle (re-opened after checkpoints)
+        self._handle: DeltaTable | None = None
+
+    @property
+    def path(self) -> Path:
+        """The table's directory (local tables only)."""
+        if self._path is None:
+            raise ValueError(f"table {self.name} is on object storage ({self.uri}), not a local path")
+        return self._path
+
+    def delta_table(self) -> DeltaTable:
+        """A fresh delta-rs handle on the table's latest version."""
+        return DeltaTable(self.uri, storage_options=self.storage_options)
 
     def open(self) -> None:
-        if DeltaTable.is_deltatable(str(self.path)):
-            self._version = int(DeltaTable(str(self.path)).version())
+        if self.remote:
+            # not DeltaTable.is_deltatable: in delta-rs 1.6 it holds the GIL during its I/O,
+            # stalling every other thread (the event loop) for a round trip to the store
+            try:
+                self._version = int(self.delta_table().version())
+                return
+            except TableNotFoundError:
+                pass
+        elif DeltaTable.is_deltatable(self.uri):
+            self._version = int(self.delta_table().version())
             return
-        self.path.mkdir(parents=True, exist_ok=True)
-        write_deltalake(str(self.path), self.schema.empty_table(), mode="append", name=self.name,
+        if self._path is not None:
+            self._path.mkdir(parents=True, exist_ok=True)
+        write_deltalake(self.uri, self.schema.empty_table(), mode="append", name=self.name,
+                        storage_options=self.storage_options,
                         configuration={
                             # compaction stays allowed; deletes and updates do not, so a
                             # Spark stream reading the table never meets a data-changing removal
@@ -83,7 +178,8 @@ class AppendOnlyTable:
                             "delta.checkpointInterval": str(self.checkpoint_interval),
                             **self.properties,
                         })
-        self._fsync_commit(0)
+        if self._path is not None:
+            self._fsync_commit(0)
         self._version = 0
 
     @property
@@ -96,6 +192,8 @@ class AppendOnlyTable:
         assert self._version >= 0, "table not open"
         if rows.schema != self.schema:
             rows = rows.cast(self.schema)
+        if self.remote:
+            return self._append_remote(rows)
         # snappy: the cheapest codec to write on the hot path (compaction rewrites with zstd)
         name = f"part-{uuid.uuid4()}-c000.snappy.parquet"
         data = self.path / name
@@ -113,6 +211,30 @@ class AppendOnlyTable:
         self._commits_since_checkpoint += 1
         if self._commits_since_checkpoint >= self.checkpoint_interval:
             self._commits_since_checkpoint = 0
+            if self.on_checkpoint_due is not None:
+                self.on_checkpoint_due()
+            else:
+                self.checkpoint()
+        return version
+
+    def _append_remote(self, rows: pa.Table) -> int:
+        """``append`` on object storage: one delta-rs commit (a conditional PUT), no fsync."""
+        handle = self._handle
+        if handle is None:
+            handle = self._handle = self.delta_table()
+        # checkpoints are written on the schedule below, not by delta-rs on the writer's time
+        write_deltalake(handle, rows, mode="append",
+                        post_commithook_properties=PostCommitHookProperties(
+                            create_checkpoint=False, cleanup_expired_logs=False))
+        version = int(handle.version())
+        with self._lock:
+            self._version = max(self._version, version)
+        self._commits_since_checkpoint += 1
+        if self._commits_since_checkpoint >= self.checkpoint_interval:
+            self._commits_since_checkpoint = 0
+            # a handle replays every commit since the last checkpoint it knows of: re-open
+            # it, so it picks up the checkpoint about to be written (lakehouse-facts.md)
+            self._handle = None
             if self.on_checkpoint_due is not None:
                 self.on_checkpoint_due()
             else:
@@ -177,11 +299,11 @@ class AppendOnlyTable:
 
     def checkpoint(self) -> None:
         """Write a Delta checkpoint of the current version (delta-rs)."""
-        DeltaTable(str(self.path)).create_checkpoint()
+        self.delta_table().create_checkpoint()
 
     def read(self, sql: str = "SELECT * FROM t") -> pa.Table:
         """Run ``sql`` over the table (named ``t``) and return the result."""
-        table = DeltaTable(str(self.path))
+        table = self.delta_table()
         reader = QueryBuilder().register("t", table).execute(sql)
         result = pa.table(reader.read_all())
         return result if result.num_columns else self.schema.empty_table()
@@ -200,6 +322,7 @@ class AppendOnlyTable:
 
     def close(self) -> None:
         self._version = -1
+        self._handle = None
 
 
 def fsync_path(path: Path) -> None:

@@ -52,7 +52,7 @@ from broker.messaging.message import Message, MessageProperties
 from broker.messaging.records import to_json_value
 from broker.protocol.amqp0_9_1.properties import CODEC
 
-from .delta_table import AppendOnlyTable
+from .delta_table import AppendOnlyTable, is_uri
 from .maintenance import TableMaintenance
 from .retention import purge_settled_history
 from .journal_schema import DELIVER, ENQUEUE, JOURNAL_SCHEMA, QUEUE_DELETED, REQUEUE, SETTLE, TIMESTAMP
@@ -114,8 +114,9 @@ class JournalMaintenance(TableMaintenance):
     """The journal's upkeep: also removes the history of messages settled before the retention."""
 
     def vacuum(self) -> None:
-        cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=self.retention_hours)
-        purge_settled_history(self.table, cutoff)
+        if not is_uri(self.table.uri):            # row retention rewrites files locally (not on S3 yet)
+            cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=self.retention_hours)
+            purge_settled_history(self.table, cutoff)
         super().vacuum()
 
 
@@ -123,7 +124,7 @@ class DeltaMessageJournal:
     """One virtual host's journal table, written by group commit."""
 
     def __init__(self, path: str | Path, vhost: str) -> None:
-        self.path = Path(path)
+        self.path = path if is_uri(path) else Path(path)
         self.vhost = vhost
         retention = f"interval {HISTORY_RETENTION_HOURS} hours"
         self.table = AppendOnlyTable(self.path, JOURNAL_SCHEMA, name="journal", stats_column="message_id",

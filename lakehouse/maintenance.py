@@ -21,6 +21,11 @@ so publishing never waits for it:
   removed more than ``retention`` ago are deleted (delta-rs vacuum) and log
   entries older than the table's ``delta.logRetentionDuration`` are dropped.
   A Spark stream must not fall further behind than ``retention``.
+
+On object storage (a table at an ``s3://`` URI) the same rounds run through
+delta-rs: checkpoints and vacuum as above, and compaction with delta-rs's own
+``optimize.compact()`` (its commit also carries ``dataChange=false``; unlike
+ours it does not sort the rewritten rows by ``message_id``).
 """
 
 from __future__ import annotations
@@ -29,14 +34,14 @@ import logging
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
+from deltalake.transaction import PostCommitHookProperties
 
-from .delta_table import AppendOnlyTable, fsync_path
+from .delta_table import AppendOnlyTable, Location, fsync_path
 
 __all__ = ["TableMaintenance"]
 
@@ -93,7 +98,7 @@ class TableMaintenance:
             try:
                 self.run_once()
             except Exception:              # maintenance must never take the broker down
-                log.exception("maintenance of %s failed; retrying later", self.table.path)
+                log.exception("maintenance of %s failed; retrying later", self.table.uri)
 
     def run_once(self) -> None:
         """One round: compact if worthwhile, checkpoint if due, vacuum if its time has come."""
@@ -108,12 +113,14 @@ class TableMaintenance:
 
     def compact(self) -> int:
         """Rewrite small files as one; the number of files replaced (0 when not worth it)."""
-        path = self.table.path
-        snapshot = DeltaTable(str(path))
+        snapshot = self.table.delta_table()
         files = pa.table(snapshot.get_add_actions(flatten=True)).select(["path", "size_bytes"])
         small = files.filter(pc.less(files.column("size_bytes"), self.target_file_size // 4))
         if small.num_rows < self.compact_min_files:
             return 0
+        if self.table.remote:
+            return self._compact_remote(snapshot)
+        path = self.table.path
         chosen: list[tuple[str, int]] = []
         total = 0
         for name, size in zip(small.column("path").to_pylist(), small.column("size_bytes").to_pylist()):
@@ -142,14 +149,27 @@ class TableMaintenance:
         log.debug("compacted %d files (%d rows) of %s", len(chosen), rows.num_rows, path)
         return len(chosen)
 
+    def _compact_remote(self, snapshot: DeltaTable) -> int:
+        """``compact`` on object storage: delta-rs's ``optimize.compact()`` (one commit)."""
+        metrics = snapshot.optimize.compact(
+            target_size=self.target_file_size,
+            post_commithook_properties=PostCommitHookProperties(create_checkpoint=False,
+                                                                cleanup_expired_logs=False))
+        removed = int(metrics.get("numFilesRemoved", 0))
+        if removed:
+            self.compactions += 1
+            self.files_compacted += removed
+            log.debug("compacted %d files of %s (delta-rs optimize)", removed, self.table.uri)
+        return removed
+
     def vacuum(self) -> None:
         """Delete files removed more than the retention ago, and expired log entries."""
-        snapshot = DeltaTable(str(self.table.path))
+        snapshot = self.table.delta_table()
         snapshot.vacuum(retention_hours=self.retention_hours, dry_run=False,
                         enforce_retention_duration=False)
-        DeltaTable(str(self.table.path)).cleanup_metadata()
+        self.table.delta_table().cleanup_metadata()
 
 
-def table_files(path: Path) -> int:
-    """How many data files the current snapshot of the table at ``path`` references."""
-    return len(DeltaTable(str(path)).file_uris())
+def table_files(location: Location, storage_options: dict[str, str] | None = None) -> int:
+    """How many data files the current snapshot of the table at ``location`` references."""
+    return len(DeltaTable(str(location), storage_options=storage_options).file_uris())

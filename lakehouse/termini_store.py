@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from pathlib import Path
 
 import pyarrow as pa
 
 from broker.messaging.termini import LinkRole, TerminusKey, TerminusRecord
 
 from .change_log import ChangeLog, Row, change_log_schema
+from .delta_table import Location, child_location
 
 TERMINI_SCHEMA = change_log_schema(
     pa.field("role", pa.string(), nullable=False),
@@ -40,10 +40,14 @@ def _key(row: Row) -> tuple[str, str, str]:
 
 
 class DeltaTerminusStore:
-    """:class:`~broker.messaging.termini.TerminusStore` over ``<path>/link_termini``."""
+    """:class:`~broker.messaging.termini.TerminusStore` over ``<path>/link_termini``.
 
-    def __init__(self, path: str | Path) -> None:
-        self.log = ChangeLog(Path(path) / "link_termini", TERMINI_SCHEMA, _key, name="link_termini")
+    ``path`` is a local directory or an object storage URI (``s3://bucket/node``).
+    """
+
+    def __init__(self, path: Location, storage_options: dict[str, str] | None = None) -> None:
+        self.log = ChangeLog(child_location(path, "link_termini"), TERMINI_SCHEMA, _key,
+                             name="link_termini", storage_options=storage_options)
 
     def open(self) -> None:
         self.log.open()

@@ -1,0 +1,257 @@
+"""The lakehouse tables on object storage: a real S3 API server (moto) on 127.0.0.1.
+
+Nothing is passed to delta-rs but ``s3://`` locations: the endpoint and the
+credentials come from the standard ``AWS_*`` environment variables, as in
+production.
+
+The server runs in a child process, not on a thread of this one (moto's
+``ThreadedMotoServer``): a few delta-rs 1.6 calls keep the GIL while they wait
+for the store (``DeltaTable.is_deltatable``, reading a query's result), so a
+server needing this process's GIL to answer would never get it.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from broker.messaging.message import Message, MessageProperties
+from broker.messaging.namespace import Namespace
+from broker.messaging.termini import LinkRole, TerminusRecord
+from broker.model.config_store import ConfigurationRecord
+from broker.protocol.amqp0_9_1.properties import CODEC, encode_properties
+from lakehouse.config_store import DeltaConfigurationStore
+from lakehouse.delta_table import AppendOnlyTable
+from lakehouse.maintenance import TableMaintenance, table_files
+from lakehouse.termini_store import DeltaTerminusStore
+
+pytest.importorskip("moto.server")
+boto3 = pytest.importorskip("boto3")
+
+pytestmark = pytest.mark.slow          # a server process, and ~10 s in all
+
+BUCKET = "deltamq-test"
+SCHEMA = pa.schema([pa.field("message_id", pa.int64(), nullable=False), pa.field("body", pa.binary())])
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _start_moto(log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``python -m moto.server`` on a free port of 127.0.0.1, once it accepts connections."""
+    port = _free_port()
+    with log.open("wb") as out:
+        server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                  stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and server.poll() is None:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return server, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.1)
+    server.kill()
+    server.wait()
+    raise RuntimeError(f"moto server did not start on port {port}: {log.read_text(errors='replace')}")
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """An S3 server with one bucket; the AWS_* variables point delta-rs at it."""
+    server, endpoint = _start_moto(tmp_path_factory.mktemp("moto") / "server.log")
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_S3_LOCKING_PROVIDER",
+                         "AWS_S3_ALLOW_UNSAFE_RENAME", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
+                env.delenv(name, raising=False)
+            env.setenv("AWS_ACCESS_KEY_ID", "testing")
+            env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+            env.setenv("AWS_REGION", "us-east-1")
+            env.setenv("AWS_ENDPOINT_URL", endpoint)
+            env.setenv("AWS_ALLOW_HTTP", "true")
+            client = boto3.client("s3", endpoint_url=endpoint)
+            client.create_bucket(Bucket=BUCKET)
+            yield client
+    finally:
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def keys(client: Any, prefix: str) -> list[str]:
+    listing = client.list_objects_v2(Bucket=BUCKET, Prefix=prefix)
+    return sorted(item["Key"] for item in listing.get("Contents", []))
+
+
+def batch(start: int, count: int) -> pa.Table:
+    return pa.table({"message_id": list(range(start, start + count)),
+                     "body": [b"x%d" % i for i in range(start, start + count)]}, schema=SCHEMA)
+
+
+def all_ids(table: AppendOnlyTable) -> list[int]:
+    return table.read("SELECT message_id FROM t ORDER BY message_id").column(0).to_pylist()
+
+
+def test_config_store_round_trip_on_s3(s3: Any) -> None:
+    root = f"s3://{BUCKET}/node"
+    store = DeltaConfigurationStore(root)
+    store.open()
+    assert store.recover() == []
+    store.save([ConfigurationRecord("vh", "VirtualHost", None, {"name": "default"}),
+                ConfigurationRecord("q1", "Queue", "vh", {"name": "orders", "durable": True})])
+    store.save([ConfigurationRecord("q2", "Queue", "vh", {"name": "billing"})])
+    store.remove(["q2"])
+    store.close()
+
+    again = DeltaConfigurationStore(root + "/")          # a trailing slash names the same place
+    again.open()
+    assert [(r.id, dict(r.attributes)) for r in again.recover()] == [
+        ("vh", {"name": "default"}), ("q1", {"name": "orders", "durable": True})]
+    again.close()
+    # the table is in the bucket, under the store path -- and nothing was written locally
+    assert "node/config/_delta_log/00000000000000000003.json" in keys(s3, "node/config/")
+    assert again.table.uri == f"s3://{BUCKET}/node/config"
+
+
+def test_terminus_store_round_trip_on_s3(s3: Any) -> None:
+    root = f"s3://{BUCKET}/termini-node"
+    store = DeltaConfigurationStore(root).terminus_store()
+    store.open()
+    store.save([TerminusRecord(LinkRole.SENDING, "c1", "l1", {"address": "orders"}),
+                TerminusRecord(LinkRole.RECEIVING, "c1", "l2", {"address": "billing"})])
+    store.remove([(LinkRole.RECEIVING, "c1", "l2")])
+    store.close()
+    again = DeltaTerminusStore(root)
+    again.open()
+    assert [(r.key, dict(r.terminus)) for r in again.recover()] == [
+        ((LinkRole.SENDING, "c1", "l1"), {"address": "orders"})]
+    assert keys(s3, "termini-node/link_termini/_delta_log/")
+
+
+def test_append_and_read_on_s3(s3: Any) -> None:
+    uri = f"s3://{BUCKET}/tables/appends"
+    table = AppendOnlyTable(uri, SCHEMA, stats_column="message_id")
+    assert table.remote and table.name == "appends"
+    with pytest.raises(ValueError):
+        table.path                                      # no local directory to hand out
+    table.open()
+    assert table.version == 0
+    assert table.append(batch(0, 3)) == 1
+    assert table.append(batch(3, 2)) == 2
+    assert all_ids(table) == [0, 1, 2, 3, 4]
+    table.close()
+
+    again = AppendOnlyTable(uri, SCHEMA)                # another process, later
+    again.open()
+    assert again.version == 2
+    assert again.append(batch(5, 1)) == 3
+    assert again.read("SELECT body FROM t WHERE message_id = 5").column(0).to_pylist() == [b"x5"]
+    # explicit storage options are passed through (here: the ones the environment gives too)
+    explicit = AppendOnlyTable(uri, SCHEMA, storage_options={"AWS_REGION": "us-east-1"})
+    explicit.open()
+    assert all_ids(explicit) == list(range(6))
+
+
+def test_compaction_checkpoint_and_vacuum_on_s3(s3: Any) -> None:
+    uri = f"s3://{BUCKET}/tables/maintained"
+    table = AppendOnlyTable(uri, SCHEMA, checkpoint_interval=5)
+    table.open()
+    maintenance = TableMaintenance(table, compact_min_files=4, retention_hours=0)
+    table.on_checkpoint_due = maintenance.checkpoint_due
+    for i in range(6):
+        table.append(batch(i * 10, 10))
+    assert table_files(uri) == 6
+    maintenance.run_once()                              # compacts, and checkpoints (due, and after it)
+    assert maintenance.compactions == 1 and maintenance.files_compacted == 6
+    assert maintenance.checkpoints == 1
+    assert table_files(uri) == 1
+    assert "tables/maintained/_delta_log/_last_checkpoint" in keys(s3, "tables/maintained/_delta_log/")
+    # delta-rs's compaction commit changes no data: a Spark stream skips it
+    version = table.delta_table().version()
+    commit = s3.get_object(Bucket=BUCKET, Key=f"tables/maintained/_delta_log/{version:020d}.json")
+    actions = [json.loads(line) for line in commit["Body"].read().decode().splitlines()]
+    assert {a["commitInfo"]["operation"] for a in actions if "commitInfo" in a} == {"OPTIMIZE"}
+    assert all(a[k]["dataChange"] is False for a in actions for k in ("add", "remove") if k in a)
+    assert all_ids(table) == list(range(60))
+    table.append(batch(60, 5))                          # the appender carries on after it
+    assert all_ids(table) == list(range(65))
+    assert maintenance.compact() == 0                   # two files: not worth it yet
+    maintenance.vacuum()                                # retention 0: the six compacted files go
+    parquet = [k for k in keys(s3, "tables/maintained/") if k.endswith(".parquet")
+               and "_delta_log" not in k]
+    assert len(parquet) == 2
+    reader = AppendOnlyTable(uri, SCHEMA)
+    reader.open()
+    assert all_ids(reader) == list(range(65))
+
+
+def test_appends_racing_maintenance_thread_on_s3(s3: Any, caplog: pytest.LogCaptureFixture) -> None:
+    uri = f"s3://{BUCKET}/tables/racing"
+    table = AppendOnlyTable(uri, SCHEMA, checkpoint_interval=5)
+    table.open()
+    maintenance = TableMaintenance(table, compact_min_files=4, poll_interval=0.01)
+    maintenance.start()
+    try:
+        for i in range(30):
+            table.append(batch(i * 2, 2))
+        deadline = time.monotonic() + 30
+        while not (maintenance.compactions and maintenance.checkpoints) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        maintenance.close()
+    assert maintenance.compactions >= 1 and maintenance.checkpoints >= 1
+    assert not [r for r in caplog.records if r.name == "lakehouse.maintenance" and r.levelname == "ERROR"]
+    assert all_ids(table) == list(range(60))
+    assert table.delta_table().version() >= table.version
+
+
+def persistent(body: bytes) -> Message:
+    properties = MessageProperties(delivery_mode=2)
+    return Message(exchange="", routing_key="rk", body=body, properties=properties,
+                   encoded_properties=encode_properties(properties), codec=CODEC,
+                   arrival=time.monotonic())
+
+
+def test_message_journal_on_s3(s3: Any) -> None:
+    root = f"s3://{BUCKET}/journal-node"
+    store = DeltaConfigurationStore(root)
+    ns = Namespace("v")
+    journal = store.message_journal("v")
+    assert journal.table.uri == f"{root}/journal"
+    journal.open()
+    ns.journal = journal
+    queue = ns.declare_queue("q", durable=True)[0]
+    for i in range(3):
+        queue.enqueue(persistent(b"m%d" % i))
+    entry = queue.get()
+    assert entry is not None
+    queue.settle(entry)
+    journal.close()                                     # commits what is still open
+
+    ns2 = Namespace("v")
+    again = store.message_journal("v")
+    again.open()
+    ns2.journal = again
+    queue2 = ns2.declare_queue("q", durable=True)[0]
+    assert again.recover(ns2) == 2
+    bodies = []
+    while (got := queue2.get()) is not None:
+        bodies.append(got.message.body)
+    assert bodies == [b"m1", b"m2"]
+    again.close()
+    assert keys(s3, "journal-node/journal/_delta_log/")
