@@ -8,14 +8,17 @@ so publishing never waits for it:
 
 * **checkpoints** -- when the writer has made ``checkpoint_interval`` commits
   (it calls :meth:`TableMaintenance.checkpoint_due`), delta-rs writes a
-  checkpoint, so a snapshot replays at most that many log entries;
-* **compaction** -- once ``compact_min_files`` files smaller than
-  ``target_file_size`` have piled up, up to ``target_file_size`` of them are
-  rewritten as one file and swapped in by one commit whose ``remove`` and
-  ``add`` actions carry ``dataChange=false``.  Delta Spark's streaming source
-  skips such commits, so a stream reading the journal sees every row exactly
-  once, before and after compaction.  The commit goes through the same
-  put-if-absent path as appends (:meth:`~lakehouse.delta_table.AppendOnlyTable.commit_actions`);
+  checkpoint -- at most one per ``min_checkpoint_interval`` -- so a snapshot
+  replays few log entries;
+* **compaction** -- in two tiers, so no byte is rewritten over and over: once
+  ``compact_min_files`` files under ``small_file_size`` (one per commit) have
+  piled up, they are rewritten as one; once ``merge_min_files`` such
+  compacted files are there, they are merged, up to ``target_file_size``.
+  Each swap is one commit whose ``remove`` and ``add`` actions carry
+  ``dataChange=false``.  Delta Spark's streaming source skips such commits,
+  so a stream reading the journal sees every row exactly once, before and
+  after compaction.  The commit goes through the same put-if-absent path as
+  appends (:meth:`~lakehouse.delta_table.AppendOnlyTable.commit_actions`);
   appends and compaction never conflict, since appends remove nothing;
 * **vacuum and log clean-up** -- every ``vacuum_interval`` seconds, files
   removed more than ``retention`` ago are deleted (delta-rs vacuum) and log
@@ -24,8 +27,7 @@ so publishing never waits for it:
 
 On object storage (a table at an ``s3://`` URI) the same rounds run through
 delta-rs: checkpoints and vacuum as above, and compaction with delta-rs's own
-``optimize.compact()`` (its commit also carries ``dataChange=false``; unlike
-ours it does not sort the rewritten rows by ``message_id``).
+``optimize.compact()`` (its commit also carries ``dataChange=false``).
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ import time
 import uuid
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.transaction import PostCommitHookProperties
@@ -51,12 +52,18 @@ log = logging.getLogger(__name__)
 class TableMaintenance:
     """One thread keeping one :class:`AppendOnlyTable` fit to read."""
 
-    def __init__(self, table: AppendOnlyTable, *, compact_min_files: int = 16,
-                 target_file_size: int = 64 << 20, poll_interval: float = 2.0,
+    def __init__(self, table: AppendOnlyTable, *, compact_min_files: int = 32,
+                 small_file_size: int = 1 << 20, merge_min_files: int = 8,
+                 target_file_size: int = 64 << 20, poll_interval: float = 5.0,
+                 min_checkpoint_interval: float = 1.0,
                  vacuum_interval: float = 600.0, retention_hours: int = 2) -> None:
         self.table = table
         self.compact_min_files = compact_min_files
+        self.small_file_size = small_file_size
+        self.merge_min_files = merge_min_files
         self.target_file_size = target_file_size
+        self.min_checkpoint_interval = min_checkpoint_interval
+        self._last_checkpoint = 0.0
         self.poll_interval = poll_interval
         self.vacuum_interval = vacuum_interval
         self.retention_hours = retention_hours
@@ -99,37 +106,58 @@ class TableMaintenance:
                 self.run_once()
             except Exception:              # maintenance must never take the broker down
                 log.exception("maintenance of %s failed; retrying later", self.table.uri)
+            if self._checkpoint_due:       # held back by the interval: come back for it
+                self._stop.wait(self.min_checkpoint_interval)
 
     def run_once(self) -> None:
         """One round: compact if worthwhile, checkpoint if due, vacuum if its time has come."""
         compacted = self.compact()
-        if self._checkpoint_due or compacted:
+        if ((self._checkpoint_due or compacted)
+                and time.monotonic() - self._last_checkpoint >= self.min_checkpoint_interval):
             self._checkpoint_due = False
             self.table.checkpoint()
+            self._last_checkpoint = time.monotonic()
             self.checkpoints += 1
         if time.monotonic() - self._last_vacuum >= self.vacuum_interval:
             self._last_vacuum = time.monotonic()
             self.vacuum()
 
+    def _choose(self, files: pa.Table) -> list[tuple[str, int]]:
+        """The files worth rewriting now, in two tiers so no byte is rewritten over and over.
+
+        First the small files a commit each writes (under ``small_file_size``),
+        once ``compact_min_files`` of them are there; else the medium files
+        earlier compactions wrote, once ``merge_min_files`` of them are there.
+        At most ``target_file_size`` bytes either way.
+        """
+        names, sizes = files.column("path").to_pylist(), files.column("size_bytes").to_pylist()
+        small = [(n, s) for n, s in zip(names, sizes) if s < self.small_file_size]
+        medium = [(n, s) for n, s in zip(names, sizes)
+                  if self.small_file_size <= s < self.target_file_size // 2]
+        for tier, needed in ((small, self.compact_min_files), (medium, self.merge_min_files)):
+            if len(tier) < needed:
+                continue
+            chosen: list[tuple[str, int]] = []
+            total = 0
+            for name, size in tier:
+                if total + size > self.target_file_size and len(chosen) >= 2:
+                    break
+                chosen.append((name, size))
+                total += size
+            return chosen
+        return []
+
     def compact(self) -> int:
         """Rewrite small files as one; the number of files replaced (0 when not worth it)."""
         snapshot = self.table.delta_table()
         files = pa.table(snapshot.get_add_actions(flatten=True)).select(["path", "size_bytes"])
-        small = files.filter(pc.less(files.column("size_bytes"), self.target_file_size // 4))
-        if small.num_rows < self.compact_min_files:
+        chosen = self._choose(files)
+        if not chosen:
             return 0
         if self.table.remote:
             return self._compact_remote(snapshot)
         path = self.table.path
-        chosen: list[tuple[str, int]] = []
-        total = 0
-        for name, size in zip(small.column("path").to_pylist(), small.column("size_bytes").to_pylist()):
-            if total + size > self.target_file_size and len(chosen) >= 2:
-                break
-            chosen.append((name, size))
-            total += size
         rows = pa.concat_tables(pq.read_table(path / name, schema=self.table.schema) for name, _ in chosen)
-        rows = rows.sort_by([("message_id", "ascending")])
         new_name = f"part-{uuid.uuid4()}-c000.zstd.parquet"
         pq.write_table(rows, path / new_name, compression="zstd")
         fsync_path(path / new_name)
