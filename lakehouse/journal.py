@@ -12,11 +12,17 @@ loop).  When no commit is in flight, the first event schedules a hand-off at
 the end of the current loop iteration, so everything processed in that
 iteration -- every connection's reads -- joins the group.  While a commit is
 in flight the open group keeps growing; when the commit finishes, the next
-group is handed off at once.  One writer thread turns a group into an Arrow
-table (message bodies, properties decoded to text with a cache) and appends
-it as one Delta commit, fsynced (:class:`~lakehouse.delta_table.AppendOnlyTable`).
-Then, back on the loop, the group is marked durable and its waiters --
-publisher confirms, tx.commit-ok -- run.
+group is handed off at once.  The hand-off turns the group into an Arrow
+table (message bodies, properties decoded to text with a cache) and writes it
+to the journal's writer *process* (:mod:`lakehouse.journal_writer`, which
+explains why a process and not a thread), which appends it as one Delta
+commit, fsynced, and answers.  The answer arrives on the loop like any socket
+read; the group is marked durable and its waiters -- publisher confirms,
+tx.commit-ok -- run.  If the writer process dies, the group in flight fails
+(its publishers are nacked) and a new writer is started.
+
+Before the loop is attached (start-up, tests) and after it is gone
+(shut-down), open groups are committed in-process, synchronously.
 
 A ``deliver`` event settled within the same group is never written: the
 ``settle`` row already says the message was delivered.
@@ -35,12 +41,12 @@ messages never come back if a queue of that name is declared again.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
+import fcntl
 import json
 import logging
 import os
-import queue as queue_module
-import threading
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -52,9 +58,8 @@ from broker.messaging.message import Message, MessageProperties
 from broker.messaging.records import to_json_value
 from broker.protocol.amqp0_9_1.properties import CODEC
 
-from .delta_table import AppendOnlyTable, is_uri
-from .maintenance import TableMaintenance
-from .retention import purge_settled_history
+from .delta_table import is_uri
+from .journal_writer import ERROR_LENGTH, REPLY, REQUEST, journal_table
 from .journal_schema import DELIVER, ENQUEUE, JOURNAL_SCHEMA, QUEUE_DELETED, REQUEUE, SETTLE, TIMESTAMP
 
 if TYPE_CHECKING:
@@ -70,6 +75,7 @@ Row = tuple[str, str, int, float, "int | None", "int | None", "str | None", "str
 
 _PROPERTY_NAMES = tuple(name for name in MessageProperties.__dataclass_fields__ if name != "headers")
 _CACHE_LIMIT = 10_000
+_PIPE_SIZE = 1 << 20
 
 #: Delta history kept (time travel, and how far behind a Spark stream may fall), in hours
 HISTORY_RETENTION_HOURS = int(os.environ.get("DELTAMQ_JOURNAL_RETENTION_HOURS", "168"))
@@ -110,33 +116,20 @@ class JournalGroup:
         return f"<JournalGroup #{self.number} rows={len(self.rows)} done={self.done}>"
 
 
-class JournalMaintenance(TableMaintenance):
-    """The journal's upkeep: also removes the history of messages settled before the retention."""
-
-    def vacuum(self) -> None:
-        if not is_uri(self.table.uri):            # row retention rewrites files locally (not on S3 yet)
-            cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=self.retention_hours)
-            purge_settled_history(self.table, cutoff)
-        super().vacuum()
-
-
 class DeltaMessageJournal:
     """One virtual host's journal table, written by group commit."""
 
     def __init__(self, path: str | Path, vhost: str) -> None:
         self.path = path if is_uri(path) else Path(path)
         self.vhost = vhost
-        retention = f"interval {HISTORY_RETENTION_HOURS} hours"
-        self.table = AppendOnlyTable(self.path, JOURNAL_SCHEMA, name="journal", stats_column="message_id",
-                                     properties={"delta.logRetentionDuration": retention,
-                                                 "delta.deletedFileRetentionDuration": retention})
-        self.maintenance = JournalMaintenance(self.table, retention_hours=HISTORY_RETENTION_HOURS)
+        self.table = journal_table(str(self.path), HISTORY_RETENTION_HOURS)
         self._group = JournalGroup(1)
-        self._busy = False
+        self._in_flight: JournalGroup | None = None
         self._scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._handoffs: queue_module.SimpleQueue[JournalGroup | None] = queue_module.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self._writer: subprocess.Popen[bytes] | None = None
+        self._outbox = bytearray()             # request bytes the writer's pipe did not take yet
+        self._inbox = b""
         self._next_message_id = 1
         self._next_tx_id = 1
         self._tx: int | None = None
@@ -145,7 +138,6 @@ class DeltaMessageJournal:
         # statistics
         self.commits = 0
         self.committed_rows = 0
-        self.last_commit_seconds = 0.0
 
     # -- lifetime ------------------------------------------------------------------
 
@@ -158,22 +150,55 @@ class DeltaMessageJournal:
             self._next_tx_id = (top_tx or 0) + 1
 
     def attach_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start committing: groups are handed off on ``loop``, which also runs the waiters."""
+        """Start the writer process: groups are handed off on ``loop``, which also runs the waiters."""
         self._loop = loop
-        self._thread = threading.Thread(target=self._write_groups, name=f"journal-{self.vhost}",
-                                        daemon=True)
-        self._thread.start()
-        self.maintenance.start()
+        self._start_writer()
         if self._group:
             self._schedule()
 
+    def _start_writer(self) -> None:
+        assert self._loop is not None
+        self._writer = subprocess.Popen(
+            [sys.executable, "-m", "lakehouse.journal_writer", str(self.path), str(HISTORY_RETENTION_HOURS)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        assert self._writer.stdin is not None and self._writer.stdout is not None
+        try:                                   # a group in one write, not several (Linux: 64 KiB default)
+            fcntl.fcntl(self._writer.stdin.fileno(), fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
+        except (OSError, AttributeError):
+            pass
+        os.set_blocking(self._writer.stdin.fileno(), False)
+        os.set_blocking(self._writer.stdout.fileno(), False)
+        self._outbox.clear()
+        self._inbox = b""
+        self._loop.add_reader(self._writer.stdout.fileno(), self._read_replies)
+
     def close(self) -> None:
         """Commit everything still open, then stop the writer (after the loop has stopped)."""
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            self._handoffs.put(None)
-            thread.join(60)
-        self.maintenance.close()
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            assert writer.stdin is not None and writer.stdout is not None
+            if self._loop is not None and not self._loop.is_closed():
+                try:
+                    self._loop.remove_reader(writer.stdout.fileno())
+                    self._loop.remove_writer(writer.stdin.fileno())
+                except (RuntimeError, ValueError):
+                    pass
+            os.set_blocking(writer.stdin.fileno(), True)
+            os.set_blocking(writer.stdout.fileno(), True)
+            try:
+                writer.stdin.write(bytes(self._outbox) + REQUEST.pack(0, 0))
+                writer.stdin.close()
+            except OSError:
+                pass
+            # the group in flight is committed (or not) by the writer before it exits
+            try:
+                writer.wait(60)
+            except subprocess.TimeoutExpired:
+                writer.kill()
+                writer.wait()
+            writer.stdout.close()
+            self.table.open()                   # the writer moved the table on: catch up
+        self._loop = None
         group = self._group
         if group:
             self._group = JournalGroup(group.number + 1)
@@ -235,11 +260,11 @@ class DeltaMessageJournal:
 
     def _add(self, row: Row) -> None:
         self._group.rows.append(row)
-        if not self._scheduled and not self._busy and self._loop is not None:
+        if not self._scheduled and self._in_flight is None and self._loop is not None:
             self._schedule()
 
     def _wake(self) -> None:
-        if not self._scheduled and not self._busy and self._loop is not None:
+        if not self._scheduled and self._in_flight is None and self._loop is not None:
             self._schedule()
 
     def _schedule(self) -> None:
@@ -250,17 +275,105 @@ class DeltaMessageJournal:
     def _hand_off(self) -> None:
         self._scheduled = False
         group = self._group
-        if self._busy or not group:
+        if self._in_flight is not None or not group or self._writer is None:
             return
         self._group = JournalGroup(group.number + 1)
         group.seal()
-        self._busy = True
-        self._handoffs.put(group)
+        self._in_flight = group
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, JOURNAL_SCHEMA) as stream:
+            stream.write_table(self._arrow(group.rows))
+        payload = sink.getvalue()
+        self._send(REQUEST.pack(group.number, payload.size) + memoryview(payload))
+
+    def _send(self, data: bytes) -> None:
+        """Write to the writer's pipe without blocking the loop; the rest when it drains."""
+        writer = self._writer
+        assert writer is not None and writer.stdin is not None and self._loop is not None
+        fd = writer.stdin.fileno()
+        if not self._outbox:
+            try:
+                written = os.write(fd, data)
+            except BlockingIOError:
+                written = 0
+            except OSError:                     # the writer died: _read_replies sees its end
+                return
+            if written == len(data):
+                return
+            self._outbox += memoryview(data)[written:]
+            self._loop.add_writer(fd, self._drain)
+        else:
+            self._outbox += data
+
+    def _drain(self) -> None:
+        writer = self._writer
+        if writer is None or writer.stdin is None or self._loop is None:
+            return
+        fd = writer.stdin.fileno()
+        try:
+            written = os.write(fd, self._outbox)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._loop.remove_writer(fd)
+            return
+        del self._outbox[:written]
+        if not self._outbox:
+            self._loop.remove_writer(fd)
+
+    def _read_replies(self) -> None:
+        writer = self._writer
+        assert writer is not None and writer.stdout is not None
+        try:
+            data = os.read(writer.stdout.fileno(), 65536)
+        except BlockingIOError:
+            return
+        if not data:
+            self._writer_died(writer)
+            return
+        buffer = self._inbox + data
+        offset = 0
+        while len(buffer) - offset >= REPLY.size:
+            number, status = REPLY.unpack_from(buffer, offset)
+            error: BaseException | None = None
+            end = offset + REPLY.size
+            if status:
+                if len(buffer) - end < ERROR_LENGTH.size:
+                    break
+                (length,) = ERROR_LENGTH.unpack_from(buffer, end)
+                if len(buffer) - end - ERROR_LENGTH.size < length:
+                    break
+                text = buffer[end + ERROR_LENGTH.size:end + ERROR_LENGTH.size + length]
+                error = OSError(f"journal commit failed: {text.decode('utf-8', 'replace')}")
+                end += ERROR_LENGTH.size + length
+            offset = end
+            group = self._in_flight
+            if group is not None and group.number == number:
+                self._committed(group, error)
+        self._inbox = buffer[offset:]
+
+    def _writer_died(self, writer: subprocess.Popen[bytes]) -> None:
+        """The writer process is gone: fail the group in flight and start another writer."""
+        assert self._loop is not None and writer.stdout is not None and writer.stdin is not None
+        self._loop.remove_reader(writer.stdout.fileno())
+        self._loop.remove_writer(writer.stdin.fileno())
+        code = writer.wait()
+        log.error("journal %s: the writer process exited (%s); starting another", self.vhost, code)
+        writer.stdin.close()
+        writer.stdout.close()
+        self._start_writer()
+        group = self._in_flight
+        if group is not None:
+            self._committed(group, OSError(f"the journal writer process exited ({code})"
+                                                 " before the commit was confirmed"))
 
     def _committed(self, group: JournalGroup, error: BaseException | None) -> None:
-        self._busy = False
+        self._in_flight = None
         group.done = True
         group.error = error
+        if error is None:
+            self.commits += 1
+            self.committed_rows += len(group.rows)
         callbacks, group.callbacks = group.callbacks, []
         for callback in callbacks:
             try:
@@ -270,33 +383,11 @@ class DeltaMessageJournal:
         if self._group and not self._scheduled:
             self._hand_off()
 
-    # -- the writer thread ------------------------------------------------------------
-
-    def _write_groups(self) -> None:
-        loop = self._loop
-        assert loop is not None
-        while True:
-            group = self._handoffs.get()
-            if group is None:
-                return
-            error: BaseException | None = None
-            try:
-                self._commit(group)
-            except Exception as exc:        # every waiter must hear it; the next group is tried anew
-                log.exception("journal: commit of %d rows failed", len(group.rows))
-                error = exc
-            try:
-                loop.call_soon_threadsafe(self._committed, group, error)
-            except RuntimeError:            # the loop is closed: shutting down
-                return
-
     def _commit(self, group: JournalGroup) -> None:
-        started = time.perf_counter()
-        rows = group.rows
-        self.table.append(self._arrow(rows))
+        """Commit ``group`` in this process (no loop attached: start-up, shut-down, tests)."""
+        self.table.append(self._arrow(group.rows))
         self.commits += 1
-        self.committed_rows += len(rows)
-        self.last_commit_seconds = time.perf_counter() - started
+        self.committed_rows += len(group.rows)
 
     def _arrow(self, rows: list[Row]) -> pa.Table:
         """The group's rows as a table of JOURNAL_SCHEMA (runs on the writer thread)."""

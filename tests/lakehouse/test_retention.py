@@ -90,7 +90,8 @@ def test_files_of_younger_messages_are_not_rewritten(tmp_path: Path) -> None:
 def test_the_journals_maintenance_applies_retention_when_it_vacuums(tmp_path: Path) -> None:
     from broker.messaging.message import Message, MessageProperties
     from broker.messaging.namespace import Namespace
-    from lakehouse.journal import DeltaMessageJournal, JournalMaintenance
+    from lakehouse.journal import DeltaMessageJournal
+    from lakehouse.journal_writer import JournalMaintenance
 
     ns = Namespace("v")
     journal = DeltaMessageJournal(tmp_path / "journal", "v")
