@@ -42,9 +42,9 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
-import json
 import logging
 import os
+import pickle
 import subprocess
 import sys
 import time
@@ -55,12 +55,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from broker.messaging.message import Message, MessageProperties
-from broker.messaging.records import to_json_value
 from broker.protocol.amqp0_9_1.properties import CODEC
 
 from .delta_table import is_uri
-from .journal_writer import ERROR_LENGTH, REPLY, REQUEST, journal_table
-from .journal_schema import DELIVER, ENQUEUE, JOURNAL_SCHEMA, QUEUE_DELETED, REQUEUE, SETTLE, TIMESTAMP
+from .journal_writer import ERROR_LENGTH, REPLY, REQUEST, PlainRow, RowEncoder, journal_table
+from .journal_schema import DELIVER, ENQUEUE, QUEUE_DELETED, REQUEUE, SETTLE
 
 if TYPE_CHECKING:
     from broker.messaging.namespace import Namespace
@@ -73,7 +72,6 @@ log = logging.getLogger(__name__)
 #: (event, queue, message_id, at, tx_id, delivery_count, outcome, reason, message-or-None)
 Row = tuple[str, str, int, float, "int | None", "int | None", "str | None", "str | None", "Message | None"]
 
-_PROPERTY_NAMES = tuple(name for name in MessageProperties.__dataclass_fields__ if name != "headers")
 _CACHE_LIMIT = 10_000
 _PIPE_SIZE = 1 << 20
 
@@ -134,7 +132,7 @@ class DeltaMessageJournal:
         self._next_tx_id = 1
         self._tx: int | None = None
         self._wall_offset = time.time() - time.monotonic()   # monotonic arrival -> wall clock
-        self._properties_cache: dict[bytes, tuple[list[tuple[str, str]], str | None]] = {}
+        self._encoder = RowEncoder(vhost)     # for commits made in this process
         # statistics
         self.commits = 0
         self.committed_rows = 0
@@ -159,7 +157,8 @@ class DeltaMessageJournal:
     def _start_writer(self) -> None:
         assert self._loop is not None
         self._writer = subprocess.Popen(
-            [sys.executable, "-m", "lakehouse.journal_writer", str(self.path), str(HISTORY_RETENTION_HOURS)],
+            [sys.executable, "-m", "lakehouse.journal_writer", str(self.path), str(HISTORY_RETENTION_HOURS),
+             self.vhost],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
         assert self._writer.stdin is not None and self._writer.stdout is not None
         try:                                   # a group in one write, not several (Linux: 64 KiB default)
@@ -280,11 +279,9 @@ class DeltaMessageJournal:
         self._group = JournalGroup(group.number + 1)
         group.seal()
         self._in_flight = group
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, JOURNAL_SCHEMA) as stream:
-            stream.write_table(self._arrow(group.rows))
-        payload = sink.getvalue()
-        self._send(REQUEST.pack(group.number, payload.size) + memoryview(payload))
+        # the writer process builds the Arrow table: the loop only pickles plain values
+        payload = pickle.dumps(self._plain(group.rows), protocol=pickle.HIGHEST_PROTOCOL)
+        self._send(REQUEST.pack(group.number, len(payload)) + payload)
 
     def _send(self, data: bytes) -> None:
         """Write to the writer's pipe without blocking the loop; the rest when it drains."""
@@ -385,66 +382,23 @@ class DeltaMessageJournal:
 
     def _commit(self, group: JournalGroup) -> None:
         """Commit ``group`` in this process (no loop attached: start-up, shut-down, tests)."""
-        self.table.append(self._arrow(group.rows))
+        self.table.append(self._encoder.table(self._plain(group.rows)))
         self.commits += 1
         self.committed_rows += len(group.rows)
 
-    def _arrow(self, rows: list[Row]) -> pa.Table:
-        """The group's rows as a table of JOURNAL_SCHEMA (runs on the writer thread)."""
-        count = len(rows)
-        events, queues, ids, ats, txs, counts, outcomes, reasons, messages = zip(*rows)
-        exchanges: list[str | None] = [None] * count
-        keys: list[str | None] = [None] * count
-        published: list[float | None] = [None] * count
-        bodies: list[bytes | None] = [None] * count
-        raws: list[bytes | None] = [None] * count
-        props: list[list[tuple[str, str]] | None] = [None] * count
-        headers: list[str | None] = [None] * count
+    def _plain(self, rows: list[Row]) -> list[PlainRow]:
+        """The rows with each message reduced to plain values (cheap to pickle)."""
         offset = self._wall_offset
-        for index, message in enumerate(messages):
+        plain: list[PlainRow] = []
+        append = plain.append
+        for row in rows:
+            message = row[8]
             if message is None:
-                continue
-            exchanges[index] = message.exchange
-            keys[index] = message.routing_key
-            published[index] = message.arrival + offset
-            bodies[index] = message.body
-            raw = raws[index] = message.encoded_properties_for(CODEC)
-            props[index], headers[index] = self._describe(raw)
-        columns = [
-            pa.array([self.vhost] * count, pa.string()),
-            _timestamps(ats),
-            pa.array(events, pa.string()),
-            pa.array(queues, pa.string()),
-            pa.array(ids, pa.int64()),
-            pa.array(txs, pa.int64()),
-            pa.array(counts, pa.int32()),
-            pa.array(outcomes, pa.string()),
-            pa.array(reasons, pa.string()),
-            pa.array(exchanges, pa.string()),
-            pa.array(keys, pa.string()),
-            _timestamps(published),
-            pa.array(bodies, pa.binary()),
-            pa.array(props, JOURNAL_SCHEMA.field("properties").type),
-            pa.array(headers, pa.string()),
-            pa.array(raws, pa.binary()),
-        ]
-        return pa.Table.from_arrays(columns, schema=JOURNAL_SCHEMA)
-
-    def _describe(self, raw: bytes) -> tuple[list[tuple[str, str]], str | None]:
-        """Properties as text pairs and headers as JSON, cached by their wire form."""
-        cache = self._properties_cache
-        described = cache.get(raw)
-        if described is None:
-            decoded = CODEC.decode(raw)
-            pairs = [(name, str(value)) for name in _PROPERTY_NAMES
-                     if (value := getattr(decoded, name)) is not None]
-            header_json = (json.dumps(to_json_value(decoded.headers), ensure_ascii=False, sort_keys=True)
-                           if decoded.headers else None)
-            described = (pairs, header_json)
-            if len(cache) >= _CACHE_LIMIT:
-                cache.clear()
-            cache[raw] = described
-        return described
+                append(row)  # type: ignore[arg-type]
+            else:
+                append((*row[:8], (message.exchange, message.routing_key, message.arrival + offset,
+                                   message.body, message.encoded_properties_for(CODEC))))  # type: ignore[arg-type]
+        return plain
 
     # -- recovery ---------------------------------------------------------------------
 
@@ -501,12 +455,6 @@ class DeltaMessageJournal:
                      restored, len({n for n in queues if queues[n].message_count}),
                      time.perf_counter() - started)
         return restored
-
-
-def _timestamps(seconds: tuple[float | None, ...] | list[float | None]) -> pa.Array:
-    """Epoch seconds (float) as UTC microsecond timestamps."""
-    micros = pc.multiply(pa.array(seconds, pa.float64()), 1_000_000.0)
-    return pc.cast(micros, pa.int64(), safe=False).cast(TIMESTAMP)
 
 
 _LIVE_SQL = f"""
