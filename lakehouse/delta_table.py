@@ -258,9 +258,9 @@ class AppendOnlyTable:
         Safe to call from two threads (the appender and the maintenance thread):
         the loser of a race for a version moves on to the next one.  Files in
         ``sync_first`` (the new data files) are fsynced together with the
-        commit file's content before it is linked into place, then both
-        directories; the fsyncs of each step run in parallel, so the disk can
-        serve them with one journal flush.
+        commit file's content and the table directory before it is linked
+        into place (in parallel, so the disk can serve them with one journal
+        flush), then the log directory.
         """
         log_dir = self.path / "_delta_log"
         temp = log_dir / f".deltamq-{uuid.uuid4()}.json.tmp"
@@ -270,7 +270,8 @@ class AppendOnlyTable:
             os.write(fd, payload.encode("utf-8"))
         finally:
             os.close(fd)
-        _fsync_all((temp, *sync_first))
+        # the data files, the commit's content and the table directory (their names) in one round
+        _fsync_all((temp, *sync_first, self.path))
         with self._lock:
             version = self._version + 1
         try:
@@ -284,7 +285,7 @@ class AppendOnlyTable:
                     version += 1
         finally:
             os.unlink(temp)
-        _fsync_all((log_dir, self.path))
+        fsync_path(log_dir)                     # the commit file's name
         with self._lock:
             self._version = max(self._version, version)
         return version
