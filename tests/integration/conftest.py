@@ -98,6 +98,13 @@ class DeltaMQProcess:
                                    f"{self.amqp_port} within {STARTUP_TIMEOUT}s:\n{self.log_tail()}")
             time.sleep(0.1)
 
+    def __enter__(self) -> DeltaMQProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 

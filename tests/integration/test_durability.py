@@ -29,12 +29,8 @@ PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 @pytest.fixture
 def own_broker() -> Iterator[DeltaMQProcess]:
-    proc = DeltaMQProcess()
-    proc.start()
-    try:
+    with DeltaMQProcess() as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 def restart(proc: DeltaMQProcess, sig: int = signal.SIGKILL) -> None:

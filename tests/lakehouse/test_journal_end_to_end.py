@@ -28,12 +28,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[DeltaMQProcess]:
-    proc = DeltaMQProcess()
-    proc.start()
-    try:
+    with DeltaMQProcess() as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 def stop(proc: DeltaMQProcess) -> None:
