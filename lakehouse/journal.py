@@ -12,11 +12,11 @@ loop).  When no commit is in flight, the first event schedules a hand-off at
 the end of the current loop iteration, so everything processed in that
 iteration -- every connection's reads -- joins the group.  While a commit is
 in flight the open group keeps growing; when the commit finishes, the next
-group is handed off at once.  The hand-off turns the group into an Arrow
-table (message bodies, properties decoded to text with a cache) and writes it
-to the journal's writer *process* (:mod:`lakehouse.journal_writer`, which
-explains why a process and not a thread), which appends it as one Delta
-commit, fsynced, and answers.  The answer arrives on the loop like any socket
+group is handed off at once.  The hand-off pickles the group's rows as plain
+values and writes them to the journal's writer *process*
+(:mod:`lakehouse.journal_writer`, which explains why a process and not a
+thread); it builds the Arrow table (properties decoded to text with a cache),
+appends it as one Delta commit, fsynced, and answers.  The answer arrives on the loop like any socket
 read; the group is marked durable and its waiters -- publisher confirms,
 tx.commit-ok -- run.  If the writer process dies, the group in flight fails
 (its publishers are nacked) and a new writer is started.
