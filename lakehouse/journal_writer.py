@@ -31,6 +31,7 @@ import datetime as dt
 import json
 import logging
 import pickle
+import signal
 import struct
 import sys
 import time
@@ -192,6 +193,11 @@ def serve(table: AppendOnlyTable, encoder: RowEncoder, requests: BinaryIO, repli
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     location, retention_hours, vhost = args[0], int(args[1]), args[2]
+    # The broker decides when this process ends (a stop frame, or the end of the pipe
+    # when the broker is gone): Ctrl-C or a SIGTERM to the broker's process group must
+    # not kill it halfway through a commit while the broker is still shutting down.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s journal-writer: %(message)s")
     table = journal_table(location, retention_hours)
