@@ -75,8 +75,10 @@ Row = tuple[str, str, int, float, "int | None", "int | None", "str | None", "str
 _CACHE_LIMIT = 10_000
 _PIPE_SIZE = 1 << 20
 
-#: Delta history kept (time travel, and how far behind a Spark stream may fall), in hours
+#: rows of messages that ended this long ago (hours) are removed from the journal
 HISTORY_RETENTION_HOURS = int(os.environ.get("DELTAMQ_JOURNAL_RETENTION_HOURS", "168"))
+#: Delta's own history of the journal (time travel; how far a Spark stream may fall behind), hours
+LOG_RETENTION_HOURS = int(os.environ.get("DELTAMQ_JOURNAL_LOG_RETENTION_HOURS", "1"))
 _RECOVERY_LOG_EVERY = 200_000
 
 
@@ -120,7 +122,7 @@ class DeltaMessageJournal:
     def __init__(self, path: str | Path, vhost: str) -> None:
         self.path = path if is_uri(path) else Path(path)
         self.vhost = vhost
-        self.table = journal_table(str(self.path), HISTORY_RETENTION_HOURS)
+        self.table = journal_table(str(self.path), LOG_RETENTION_HOURS)
         self._group = JournalGroup(1)
         self._in_flight: JournalGroup | None = None
         self._scheduled = False
@@ -158,6 +160,7 @@ class DeltaMessageJournal:
         assert self._loop is not None
         self._writer = subprocess.Popen(
             [sys.executable, "-m", "lakehouse.journal_writer", str(self.path), str(HISTORY_RETENTION_HOURS),
+             str(LOG_RETENTION_HOURS),
              self.vhost],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
         assert self._writer.stdin is not None and self._writer.stdout is not None

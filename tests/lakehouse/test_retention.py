@@ -104,6 +104,6 @@ def test_the_journals_maintenance_applies_retention_when_it_vacuums(tmp_path: Pa
     q.settle(q.get())                                    # type: ignore[arg-type]
     journal.close()
     journal.table.open()
-    JournalMaintenance(journal.table, retention_hours=0).vacuum()
+    JournalMaintenance(journal.table, history_hours=0, retention_hours=0).vacuum()
     assert [r["body"] for r in journal.table.read(
         "SELECT body FROM t WHERE body IS NOT NULL").to_pylist()] == [b"live"]
