@@ -58,7 +58,8 @@ from broker.messaging.message import Message, MessageProperties
 from broker.protocol.amqp0_9_1.properties import CODEC
 
 from .delta_table import is_uri
-from .journal_writer import ERROR_LENGTH, REPLY, REQUEST, PlainRow, RowEncoder, journal_table
+from .journal_writer import (ERROR_LENGTH, LIVE_CTES, REPLY, REQUEST, PlainRow, RowEncoder, journal_table,
+                             read_watermark)
 from .journal_schema import DELIVER, ENQUEUE, QUEUE_DELETED, REQUEUE, SETTLE
 
 if TYPE_CHECKING:
@@ -408,7 +409,8 @@ class DeltaMessageJournal:
     def recover(self, namespace: Namespace) -> int:
         """Put every live message back in its queue; the number of messages restored."""
         started = time.perf_counter()
-        live = self.table.read(_LIVE_SQL)
+        watermark = read_watermark(self.path)
+        live = self.table.read(_LIVE_SQL.format(watermark=watermark))
         total = live.num_rows
         if total:
             log.info("journal %s: recovering %d messages", self.vhost, total)
@@ -460,23 +462,9 @@ class DeltaMessageJournal:
         return restored
 
 
-_LIVE_SQL = f"""
-WITH deleted AS (
-    SELECT queue, MAX(message_id) AS upto FROM t WHERE event = '{QUEUE_DELETED}' GROUP BY queue
-), settled AS (
-    SELECT DISTINCT queue, message_id FROM t WHERE event = '{SETTLE}'
-), delivered AS (
-    SELECT queue, message_id, MAX(delivery_count) AS deliveries FROM t
-    WHERE event IN ('{DELIVER}', '{REQUEUE}') GROUP BY queue, message_id
-), enqueued AS (
-    SELECT e.queue, e.message_id FROM t e LEFT JOIN deleted d ON e.queue = d.queue
-    WHERE e.event = '{ENQUEUE}' AND (d.upto IS NULL OR e.message_id > d.upto)
-), live AS (
-    SELECT e.queue, e.message_id FROM enqueued e
-    LEFT JOIN settled s ON s.queue = e.queue AND s.message_id = e.message_id
-    WHERE s.message_id IS NULL
-), bodies AS (
-    SELECT message_id, exchange, routing_key, published_at, body, properties_raw FROM t
+_LIVE_SQL = LIVE_CTES + f"""
+, bodies AS (
+    SELECT message_id, exchange, routing_key, published_at, body, properties_raw FROM j
     WHERE event = '{ENQUEUE}' AND body IS NOT NULL
 )
 SELECT l.queue, l.message_id, COALESCE(v.deliveries, 0) AS deliveries, b.exchange,
@@ -486,4 +474,3 @@ JOIN bodies b ON b.message_id = l.message_id
 LEFT JOIN delivered v ON v.queue = l.queue AND v.message_id = l.message_id
 ORDER BY l.message_id, l.queue
 """
-

@@ -32,6 +32,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import os
 import pickle
 import signal
 import struct
@@ -39,6 +40,7 @@ import sys
 import time
 from typing import BinaryIO
 
+from pathlib import Path
 from typing import Any, Optional
 
 import pyarrow as pa
@@ -48,8 +50,8 @@ from broker.messaging.message import MessageProperties
 from broker.messaging.records import to_json_value
 from broker.protocol.amqp0_9_1.properties import CODEC
 
-from .delta_table import AppendOnlyTable, is_uri
-from .journal_schema import JOURNAL_SCHEMA, TIMESTAMP
+from .delta_table import AppendOnlyTable, fsync_path, is_uri
+from .journal_schema import DELIVER, ENQUEUE, JOURNAL_SCHEMA, QUEUE_DELETED, REQUEUE, SETTLE, TIMESTAMP
 from .maintenance import TableMaintenance
 from .retention import purge_settled_history
 
@@ -139,6 +141,71 @@ def _timestamps(seconds: Any) -> pa.Array:
     return pc.cast(micros, pa.int64(), safe=False).cast(TIMESTAMP)
 
 
+#: The live messages of the journal (``live``: queue, message_id), and their deliveries,
+#: over ``j``: the rows from the recovery watermark on (``str.format`` it with ``watermark``).
+LIVE_CTES = f"""
+WITH j AS (
+    SELECT * FROM t WHERE message_id >= {{watermark}}
+), deleted AS (
+    SELECT queue, MAX(message_id) AS upto FROM j WHERE event = '{QUEUE_DELETED}' GROUP BY queue
+), settled AS (
+    SELECT DISTINCT queue, message_id FROM j WHERE event = '{SETTLE}'
+), delivered AS (
+    SELECT queue, message_id, MAX(delivery_count) AS deliveries FROM j
+    WHERE event IN ('{DELIVER}', '{REQUEUE}') GROUP BY queue, message_id
+), enqueued AS (
+    SELECT e.queue, e.message_id FROM j e LEFT JOIN deleted d ON e.queue = d.queue
+    WHERE e.event = '{ENQUEUE}' AND (d.upto IS NULL OR e.message_id > d.upto)
+), live AS (
+    SELECT e.queue, e.message_id FROM enqueued e
+    LEFT JOIN settled s ON s.queue = e.queue AND s.message_id = e.message_id
+    WHERE s.message_id IS NULL
+)"""
+
+
+def watermark_path(location: str | Path) -> Path | None:
+    """Where the recovery watermark of the journal at ``location`` is kept (local tables only).
+
+    Beside the table, not in it: vacuum deletes what the Delta log does not know.
+    """
+    if is_uri(location):
+        return None
+    path = Path(location)
+    return path.with_name(path.name + ".watermark")
+
+
+def read_watermark(location: str | Path) -> int:
+    """The lowest message id recovery must read from: every message below it has ended."""
+    path = watermark_path(location)
+    try:
+        return int(path.read_text()) if path is not None else 0
+    except (OSError, ValueError):
+        return 0
+
+
+def advance_watermark(table: AppendOnlyTable) -> int:
+    """Move the watermark up to the lowest live message id (committed data only); the new value."""
+    current = read_watermark(table.uri)
+    path = watermark_path(table.uri)
+    if path is None:
+        return current
+    sql = LIVE_CTES.format(watermark=current) + """
+    SELECT (SELECT MIN(message_id) FROM live) AS low, (SELECT MAX(message_id) FROM j) AS high"""
+    result = table.read(sql).to_pylist()
+    if not result:
+        return current
+    low, high = result[0]["low"], result[0]["high"]
+    floor = low if low is not None else (high + 1 if high is not None else current)
+    if floor <= current:
+        return current
+    temp = path.with_name(path.name + ".tmp")
+    temp.write_text(str(floor))
+    fsync_path(temp)
+    os.replace(temp, path)
+    fsync_path(path.parent)
+    return floor
+
+
 class JournalMaintenance(TableMaintenance):
     """The journal's upkeep: also removes the rows of messages that ended ``history_hours`` ago.
 
@@ -155,6 +222,7 @@ class JournalMaintenance(TableMaintenance):
 
     def vacuum(self) -> None:
         if not is_uri(self.table.uri):            # row retention rewrites files locally (not on S3 yet)
+            advance_watermark(self.table)
             cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=self.history_hours)
             purge_settled_history(self.table, cutoff)
         super().vacuum()
