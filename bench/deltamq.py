@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 from . import procutil
-from .amqp import probe
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_EXE = REPO / ".venv" / "bin" / "deltamq"
@@ -103,29 +102,8 @@ class DeltaMQ(procutil.ManagedBroker):
         self.cmd = prefix + ["serve", "--amqp-port", str(self.port), "--data-dir",
                              os.path.join(self.dir, "data")] + self._extra_args()
         self.log(f"[deltamq] starting: {' '.join(self.cmd)}")
-        out = open(os.path.join(self.dir, "deltamq.log"), "wb")
-        self.proc = subprocess.Popen(self.cmd, cwd=self.dir, stdout=out, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL,
-                                     preexec_fn=procutil.niceness(self.nice),
-                                     start_new_session=True, env=env)
-        out.close()
-        t0 = time.monotonic()
-        if not procutil.wait_port(self.port, timeout, self.alive, self.host):
-            tail = self._tail()
-            self.stop()
-            raise RuntimeError(f"DeltaMQ did not open {self.host}:{self.port}:\n{tail}")
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                probe(self.host, self.port, self.vhost)
-                break
-            except Exception as e:  # noqa: BLE001
-                if time.monotonic() > deadline or not self.alive():
-                    tail = self._tail()
-                    self.stop()
-                    raise RuntimeError(f"DeltaMQ does not complete an AMQP 0-9-1 handshake "
-                                       f"(vhost {self.vhost!r}): {e!r}\n{tail}") from e
-                time.sleep(0.3)
+        t0 = self._launch("DeltaMQ", self.cmd, log_path=os.path.join(self.dir, "deltamq.log"),
+                          cwd=self.dir, env=env, timeout=timeout)
         self.log(f"[deltamq] up in {time.monotonic() - t0:.1f}s, pid {self.pid}")
 
     def _tail(self, n: int = 30) -> str:
@@ -136,9 +114,6 @@ class DeltaMQ(procutil.ManagedBroker):
                 return "".join(f.readlines()[-n:])
         except OSError:
             return ""
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
 
     @property
     def pid(self) -> int:

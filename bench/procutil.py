@@ -212,13 +212,59 @@ def stop_group(proc: "subprocess.Popen[bytes]", steps: tuple[tuple[int, float], 
 
 
 class ManagedBroker:
-    """``with Broker(...) as b:`` starts it and always stops it."""
+    """``with Broker(...) as b:`` starts it and always stops it.
+
+    Subclasses set ``host``, ``port``, ``vhost``, ``nice`` and ``log`` and
+    implement ``start`` (calling :meth:`_launch`), ``stop`` and ``_tail``.
+    """
+
+    proc: "subprocess.Popen[bytes] | None" = None
 
     def start(self) -> None:
         raise NotImplementedError
 
     def stop(self) -> None:
         raise NotImplementedError
+
+    def _tail(self, n: int = 30) -> str:
+        raise NotImplementedError
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _launch(self, name: str, cmd: list[str], *, log_path: str, cwd: str,
+                env: dict[str, str] | None, timeout: float) -> float:
+        """Start ``cmd`` in a session of its own, wait for its port and an AMQP handshake.
+
+        Returns the monotonic time it was started at; on failure stops it and
+        raises RuntimeError with the tail of its log.
+        """
+        from .amqp import probe
+
+        with open(log_path, "wb") as out:
+            self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL,
+                                         preexec_fn=niceness(self.nice),  # type: ignore[attr-defined]
+                                         start_new_session=True)
+        started = time.monotonic()
+        host, port = self.host, self.port  # type: ignore[attr-defined]
+        if not wait_port(port, timeout, self.alive, host):
+            tail = self._tail()
+            self.stop()
+            raise RuntimeError(f"{name} did not open {host}:{port}:\n{tail}")
+        # the port opens slightly before the broker takes connections: handshake
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                probe(host, port, self.vhost)  # type: ignore[attr-defined]
+                return started
+            except Exception as e:  # noqa: BLE001
+                if time.monotonic() > deadline or not self.alive():
+                    tail = self._tail()
+                    self.stop()
+                    raise RuntimeError(f"{name} does not complete an AMQP 0-9-1 handshake "
+                                       f"(vhost {self.vhost!r}): {e!r}\n{tail}") from e  # type: ignore[attr-defined]
+                time.sleep(0.3)
 
     def __enter__(self):  # type: ignore[no-untyped-def]
         self.start()

@@ -26,7 +26,6 @@ import tempfile
 import time
 
 from . import procutil
-from .amqp import probe
 
 RMQ_BIN = "/usr/lib/rabbitmq/bin"
 RMQ_SERVER = os.path.join(RMQ_BIN, "rabbitmq-server")
@@ -150,28 +149,8 @@ class RabbitMQ(procutil.ManagedBroker):
         self._write_config()
         self.log(f"[rabbitmq] starting private node {self.nodename} {self.version} on "
                  f"{self.host}:{self.port} (dist {self.dist_port}, epmd {self.epmd_port}, dir {self.dir})")
-        out = open(os.path.join(self.dir, "stdout.log"), "wb")
-        self.proc = subprocess.Popen([RMQ_SERVER], env=self.env(), cwd=self.dir, stdout=out,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     preexec_fn=procutil.niceness(self.nice),
-                                     start_new_session=True)
-        out.close()
-        t0 = time.monotonic()
-        if not procutil.wait_port(self.port, timeout, self.alive, self.host):
-            tail = self._tail()
-            self.stop()
-            raise RuntimeError(f"RabbitMQ did not open {self.host}:{self.port}:\n{tail}")
-        # the port opens slightly before the node takes connections: handshake
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                probe(self.host, self.port, self.vhost)
-                break
-            except Exception as e:  # noqa: BLE001
-                if time.monotonic() > deadline or not self.alive():
-                    self.stop()
-                    raise RuntimeError(f"RabbitMQ does not accept AMQP: {e}") from e
-                time.sleep(0.3)
+        t0 = self._launch("RabbitMQ", [RMQ_SERVER], log_path=os.path.join(self.dir, "stdout.log"),
+                          cwd=self.dir, env=self.env(), timeout=timeout)
         self.log(f"[rabbitmq] up in {time.monotonic() - t0:.1f}s, beam.smp pid {self.pid}")
 
     def _tail(self, n: int = 30) -> str:
@@ -185,9 +164,6 @@ class RabbitMQ(procutil.ManagedBroker):
             except OSError:
                 pass
         return "\n".join(lines[-n:])
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
 
     @property
     def pid(self) -> int:
