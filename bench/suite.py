@@ -9,6 +9,7 @@ import argparse
 import datetime as _dt
 import json
 import math
+import os
 import platform
 import signal
 import traceback
@@ -50,7 +51,8 @@ def add_broker_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def new_deltamq(a: argparse.Namespace) -> DeltaMQ:
-    b = DeltaMQ(port=a.deltamq_port, exe=a.deltamq_exe, vhost=a.deltamq_vhost, log=log)
+    b = DeltaMQ(port=a.deltamq_port, exe=a.deltamq_exe, vhost=a.deltamq_vhost, log=log,
+                keep_dir=bool(os.environ.get("DELTAMQ_BENCH_KEEP_DATA")))
     b.nice = a.nice
     return b
 

@@ -187,6 +187,11 @@ class AppendOnlyTable:
         assert self._version >= 0, "table not open"
         return self._version
 
+    def observe(self, version: int) -> None:
+        """Another process committed up to ``version``: commit after it (no race to lose first)."""
+        with self._lock:
+            self._version = max(self._version, version)
+
     def append(self, rows: pa.Table) -> int:
         """Commit ``rows`` as one Delta commit, fsync it, return the new version."""
         assert self._version >= 0, "table not open"

@@ -16,11 +16,12 @@ child process with an interpreter of its own, on the other core:
   (:meth:`~lakehouse.delta_table.AppendOnlyTable.append`) and answers
   ``>IB`` (group number, 0 = durable / 1 = failed), followed on failure by
   ``>I`` and the error text;
-* it runs the table's maintenance (:class:`JournalMaintenance`: checkpoints,
-  compaction, history retention, vacuum) on a thread of its own, so none of
-  that touches the broker's interpreter either;
-* a frame with group number 0 asks it to finish maintenance and exit; so does
-  the end of its input (the broker went away).
+* it starts the table's upkeep (checkpoints, compaction, history retention,
+  vacuum) as a process of its own at a lower priority
+  (:mod:`lakehouse.journal_upkeep`), so none of that touches the broker's
+  interpreter or the writer's, and tells it when a checkpoint is due;
+* a frame with group number 0 asks it to end the upkeep process and exit; so
+  does the end of its input (the broker went away).
 
 Run as ``python -m lakehouse.journal_writer <table location> <history hours> <log hours> <vhost>``:
 rows of messages that ended more than ``history hours`` ago are removed;
@@ -29,7 +30,6 @@ Delta's own history (log entries, files compacted away) is kept ``log hours``.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import os
@@ -52,10 +52,8 @@ from broker.protocol.amqp0_9_1.properties import CODEC
 
 from .delta_table import AppendOnlyTable, fsync_path, is_uri
 from .journal_schema import DELIVER, ENQUEUE, JOURNAL_SCHEMA, QUEUE_DELETED, REQUEUE, SETTLE, TIMESTAMP
-from .maintenance import TableMaintenance
-from .retention import purge_settled_history
 
-__all__ = ["JournalMaintenance", "RowEncoder", "PlainRow", "journal_table", "REQUEST", "REPLY",
+__all__ = ["RowEncoder", "PlainRow", "journal_table", "REQUEST", "REPLY",
            "ERROR_LENGTH", "main"]
 
 log = logging.getLogger("lakehouse.journal_writer")
@@ -63,7 +61,8 @@ log = logging.getLogger("lakehouse.journal_writer")
 REQUEST = struct.Struct(">II")        # group number, Arrow IPC stream length
 REPLY = struct.Struct(">IB")          # group number, status (0 durable, 1 failed)
 ERROR_LENGTH = struct.Struct(">I")    # length of the error text that follows a failure
-SLOW_COMMIT = 0.5                     # seconds: a commit slower than this is logged
+#: seconds: a commit slower than this is logged (DELTAMQ_JOURNAL_SLOW_COMMIT_MS)
+SLOW_COMMIT = float(os.environ.get("DELTAMQ_JOURNAL_SLOW_COMMIT_MS", "500")) / 1000
 
 #: (exchange, routing_key, published_at epoch seconds, body, 0-9-1 properties in wire form)
 PlainMessage = tuple[str, str, float, bytes, bytes]
@@ -206,28 +205,6 @@ def advance_watermark(table: AppendOnlyTable) -> int:
     return floor
 
 
-class JournalMaintenance(TableMaintenance):
-    """The journal's upkeep: also removes the rows of messages that ended ``history_hours`` ago.
-
-    ``retention_hours`` (the base class's) is how long Delta's own history is
-    kept: log entries and files compacted away.  It is short on purpose: every
-    Spark query lists the whole ``_delta_log`` directory (a journal with 6,000
-    versions answered a query in 1.6 s, 0.9 s once the old entries were
-    gone), and a Spark stream must only keep up within it.
-    """
-
-    def __init__(self, table: AppendOnlyTable, *, history_hours: int, **options: Any) -> None:
-        super().__init__(table, **options)
-        self.history_hours = history_hours
-
-    def vacuum(self) -> None:
-        if not is_uri(self.table.uri):            # row retention rewrites files locally (not on S3 yet)
-            advance_watermark(self.table)
-            cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=self.history_hours)
-            purge_settled_history(self.table, cutoff)
-        super().vacuum()
-
-
 def journal_table(location: str, log_retention_hours: int) -> AppendOnlyTable:
     """The journal's table at ``location`` (created with these properties if new)."""
     retention = f"interval {log_retention_hours} hours"
@@ -281,15 +258,17 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s journal-writer: %(message)s")
+    from .journal_upkeep import UpkeepProcess          # it imports this module
+
     table = journal_table(location, log_hours)
     table.open()
-    maintenance = JournalMaintenance(table, history_hours=history_hours, retention_hours=log_hours,
-                                     vacuum_interval=300.0)
-    maintenance.start()
+    upkeep = UpkeepProcess(location, history_hours, log_hours)
+    table.on_checkpoint_due = upkeep.checkpoint_due
     try:
         serve(table, RowEncoder(vhost), sys.stdin.buffer, sys.stdout.buffer)
     finally:
-        maintenance.close()
+        table.on_checkpoint_due = None
+        upkeep.close()
         table.close()
     return 0
 

@@ -3,17 +3,22 @@
 Group commit writes one small Parquet file and one log entry per commit --
 hundreds a minute under load.  Left alone, every reader (recovery, Spark)
 would list and open all of them, and every snapshot would replay a long log.
-:class:`TableMaintenance` runs on a thread of its own, never on the writer's,
+:class:`TableMaintenance` runs on a thread of its own, never on the writer's
+(the journal runs it in a process of its own: :mod:`lakehouse.journal_upkeep`),
 so publishing never waits for it:
 
 * **checkpoints** -- when the writer has made ``checkpoint_interval`` commits
-  (it calls :meth:`TableMaintenance.checkpoint_due`), delta-rs writes a
-  checkpoint -- at most one per ``min_checkpoint_interval`` -- so a snapshot
-  replays few log entries;
+  (it calls :meth:`TableMaintenance.checkpoint_due`), a checkpoint is
+  written -- at most one per ``min_checkpoint_interval`` -- so a snapshot
+  replays few log entries.  On a local table it is written from a
+  :class:`~lakehouse.log_state.LogState` that reads each commit once (a few
+  ms), not by delta-rs, which re-reads the table each time;
 * **compaction** -- in two tiers, so no byte is rewritten over and over: once
   ``compact_min_files`` files under ``small_file_size`` (one per commit) have
   piled up, they are rewritten as one; once ``merge_min_files`` such
   compacted files are there, they are merged, up to ``target_file_size``.
+  At most ``max_files_per_round`` files a round, and the new file is
+  written and fdatasync'ed a row group at a time (:func:`write_synced`).
   Each swap is one commit whose ``remove`` and ``add`` actions carry
   ``dataChange=false``.  Delta Spark's streaming source skips such commits,
   so a stream reading the journal sees every row exactly once, before and
@@ -33,16 +38,20 @@ delta-rs: checkpoints and vacuum as above, and compaction with delta-rs's own
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import uuid
+from pathlib import Path
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.transaction import PostCommitHookProperties
 
-from .delta_table import AppendOnlyTable, Location, fsync_path
+from .delta_table import AppendOnlyTable, Location
+from .log_state import LogState
 
 __all__ = ["TableMaintenance"]
 
@@ -56,12 +65,16 @@ class TableMaintenance:
                  small_file_size: int = 1 << 20, merge_min_files: int = 8,
                  target_file_size: int = 64 << 20, poll_interval: float = 5.0,
                  min_checkpoint_interval: float = 1.0,
-                 vacuum_interval: float = 600.0, retention_hours: int = 2) -> None:
+                 vacuum_interval: float = 600.0, retention_hours: int = 2,
+                 max_files_per_round: int = 400) -> None:
         self.table = table
         self.compact_min_files = compact_min_files
         self.small_file_size = small_file_size
         self.merge_min_files = merge_min_files
         self.target_file_size = target_file_size
+        #: a bound on one round's work, so each round (and its fsyncs) stays short
+        self.max_files_per_round = max_files_per_round
+        self._state: LogState | None = None
         self.min_checkpoint_interval = min_checkpoint_interval
         self._last_checkpoint = 0.0
         self.poll_interval = poll_interval
@@ -115,12 +128,31 @@ class TableMaintenance:
         if ((self._checkpoint_due or compacted)
                 and time.monotonic() - self._last_checkpoint >= self.min_checkpoint_interval):
             self._checkpoint_due = False
-            self.table.checkpoint()
+            self.checkpoint()
             self._last_checkpoint = time.monotonic()
             self.checkpoints += 1
         if time.monotonic() - self._last_vacuum >= self.vacuum_interval:
             self._last_vacuum = time.monotonic()
             self.vacuum()
+
+    def log_state(self) -> LogState:
+        """The local table's state, brought up to date (read in full the first time)."""
+        if self._state is None:
+            self._state = LogState(self.table.path)
+            self._state.load()
+        else:
+            self._state.catch_up()
+        self.table.observe(self._state.version)     # the appender may be another process
+        return self._state
+
+    def checkpoint(self) -> None:
+        """Write a checkpoint of the latest version (from the log state; delta-rs on object storage)."""
+        if self.table.remote:
+            self.table.checkpoint()
+            return
+        state = self.log_state()
+        if state.version > state.checkpoint_version:
+            state.write_checkpoint()
 
     def _choose(self, files: pa.Table) -> list[tuple[str, int]]:
         """The files worth rewriting now, in two tiers so no byte is rewritten over and over.
@@ -149,18 +181,21 @@ class TableMaintenance:
 
     def compact(self) -> int:
         """Rewrite small files as one; the number of files replaced (0 when not worth it)."""
-        snapshot = self.table.delta_table()
-        files = pa.table(snapshot.get_add_actions(flatten=True)).select(["path", "size_bytes"])
-        chosen = self._choose(files)
-        if not chosen:
-            return 0
         if self.table.remote:
-            return self._compact_remote(snapshot)
+            snapshot = self.table.delta_table()
+            files = pa.table(snapshot.get_add_actions(flatten=True)).select(["path", "size_bytes"])
+            return self._compact_remote(snapshot) if self._choose(files) else 0
+        state = self.log_state()
+        files = pa.table({"path": list(state.adds), "size_bytes": [a["size"] for a in state.adds.values()]},
+                         schema=pa.schema([("path", pa.string()), ("size_bytes", pa.int64())]))
+        chosen = self._choose(files)[:self.max_files_per_round]
+        if len(chosen) < 2:
+            return 0
         path = self.table.path
-        rows = pa.concat_tables(pq.read_table(path / name, schema=self.table.schema) for name, _ in chosen)
+        rows = pa.concat_tables(pq.ParquetFile(path / unquote(name)).read(use_threads=False)
+                                .cast(self.table.schema) for name, _ in chosen)
         new_name = f"part-{uuid.uuid4()}-c000.zstd.parquet"
-        pq.write_table(rows, path / new_name, compression="zstd")
-        fsync_path(path / new_name)
+        write_synced(rows, path / new_name, compression="zstd")
         now_ms = int(time.time() * 1000)
         actions = [{"commitInfo": {"timestamp": now_ms, "operation": "OPTIMIZE",
                                    "operationParameters": {"targetSize": str(self.target_file_size)},
@@ -172,6 +207,7 @@ class TableMaintenance:
                                 "extendedFileMetadata": True, "partitionValues": {}, "size": size}}
                     for name, size in chosen]
         self.table.commit_actions(actions)
+        state.catch_up()
         self.compactions += 1
         self.files_compacted += len(chosen)
         log.debug("compacted %d files (%d rows) of %s", len(chosen), rows.num_rows, path)
@@ -196,6 +232,29 @@ class TableMaintenance:
         snapshot.vacuum(retention_hours=self.retention_hours, dry_run=False,
                         enforce_retention_duration=False)
         self.table.delta_table().cleanup_metadata()
+
+
+#: rows per row group (and per fdatasync) of a compacted file
+SYNC_ROWS = 16_384
+
+
+def write_synced(rows: pa.Table, target: Path, *, compression: str) -> None:
+    """Write ``rows`` as Parquet at ``target``, durable when this returns.
+
+    The file goes to disk a row group at a time (``fdatasync`` after each),
+    never as one large flush: on ext4 (``data=ordered``) a commit's small
+    fsync that lands while many megabytes of another file are being written
+    back waits for all of them, and the appender's commits are what
+    publishers' confirms wait for.
+    """
+    with open(target, "wb") as sink:
+        with pq.ParquetWriter(sink, rows.schema, compression=compression) as writer:
+            for start in range(0, rows.num_rows, SYNC_ROWS):
+                writer.write_table(rows.slice(start, SYNC_ROWS), row_group_size=SYNC_ROWS)
+                sink.flush()
+                os.fdatasync(sink.fileno())
+        sink.flush()
+        os.fsync(sink.fileno())
 
 
 def table_files(location: Location, storage_options: dict[str, str] | None = None) -> int:

@@ -74,6 +74,7 @@ def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime) -> int:
         return 0
     newest = pc.max(expired).as_py()
     snapshot = DeltaTable(str(table.path))
+    table.observe(int(snapshot.version()))             # the appender may be another process
     files = pa.table(snapshot.get_add_actions(flatten=True))
     names = files.column("path").to_pylist()
     sizes = files.column("size_bytes").to_pylist()

@@ -91,7 +91,7 @@ def test_the_journals_maintenance_applies_retention_when_it_vacuums(tmp_path: Pa
     from broker.messaging.message import Message, MessageProperties
     from broker.messaging.namespace import Namespace
     from lakehouse.journal import DeltaMessageJournal
-    from lakehouse.journal_writer import JournalMaintenance
+    from lakehouse.journal_upkeep import JournalMaintenance
 
     ns = Namespace("v")
     journal = DeltaMessageJournal(tmp_path / "journal", "v")

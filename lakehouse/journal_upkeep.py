@@ -1,0 +1,156 @@
+"""The journal's upkeep process: checkpoints, compaction, history retention and vacuum.
+
+Started by the writer process (:mod:`lakehouse.journal_writer`), one per
+journal, at a lower CPU priority than the writer and the broker.  It used to
+be a thread of the writer, and under load it ran nearly all the time:
+compaction rounds of 0.2-1.7 s and checkpoints of 0.1-0.5 s.  On 2 cores,
+that thread competed with the commits for the writer's interpreter (Python's
+global interpreter lock) and for the CPU, and the commits it delayed by
+25-50 ms were the tail of the publishers' confirm latency.  In a process of
+its own, niced, it only takes what the broker leaves.
+
+Both processes commit to the same table and never conflict: appends remove
+nothing, and every commit is put-if-absent (the loser of a race for a
+version takes the next one, :meth:`AppendOnlyTable.commit_actions`).
+
+The writer tells it when a checkpoint is due by writing a byte to its
+standard input; the end of that input (the writer is closing, or gone) makes
+it finish the round in progress and exit.
+
+Run as ``python -m lakehouse.journal_upkeep <table location> <history hours> <log hours>``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from .delta_table import AppendOnlyTable, is_uri
+from .journal_writer import advance_watermark, journal_table
+from .maintenance import TableMaintenance
+from .retention import purge_settled_history
+
+__all__ = ["JournalMaintenance", "UpkeepProcess", "main"]
+
+log = logging.getLogger("lakehouse.journal_upkeep")
+
+#: the upkeep process's CPU priority: ``idle`` (Linux SCHED_IDLE: it runs when nothing else
+#: wants the CPU, and any wake-up of the broker or its writer preempts it at once) or a
+#: niceness increment over the writer's, such as ``10``
+PRIORITY = os.environ.get("DELTAMQ_JOURNAL_UPKEEP_PRIORITY", "idle")
+#: seconds between history retention and vacuum rounds
+VACUUM_INTERVAL = 300.0
+
+
+class JournalMaintenance(TableMaintenance):
+    """The journal's upkeep: also removes the rows of messages that ended ``history_hours`` ago.
+
+    ``retention_hours`` (the base class's) is how long Delta's own history is
+    kept: log entries and files compacted away.  It is short on purpose: every
+    Spark query lists the whole ``_delta_log`` directory (a journal with 6,000
+    versions answered a query in 1.6 s, 0.9 s once the old entries were
+    gone), and a Spark stream must only keep up within it.
+    """
+
+    def __init__(self, table: AppendOnlyTable, *, history_hours: int, **options: Any) -> None:
+        super().__init__(table, **options)
+        self.history_hours = history_hours
+
+    def vacuum(self) -> None:
+        if not is_uri(self.table.uri):            # row retention rewrites files locally (not on S3 yet)
+            advance_watermark(self.table)
+            cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=self.history_hours)
+            purge_settled_history(self.table, cutoff)
+        super().vacuum()
+
+
+class UpkeepProcess:
+    """The writer's handle on the upkeep process of its table."""
+
+    def __init__(self, location: str | Path, history_hours: int, log_hours: int) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "lakehouse.journal_upkeep", str(location), str(history_hours),
+             str(log_hours)],
+            stdin=subprocess.PIPE, bufsize=0)
+        assert self._process.stdin is not None
+        self._wake_fd = self._process.stdin.fileno()
+        os.set_blocking(self._wake_fd, False)
+
+    def checkpoint_due(self) -> None:
+        """Ask for a checkpoint (never blocks: a byte already waiting says the same)."""
+        try:
+            os.write(self._wake_fd, b"c")
+        except (BlockingIOError, BrokenPipeError):
+            pass
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Let the round in progress finish, then end the process."""
+        assert self._process.stdin is not None
+        try:
+            self._process.stdin.close()
+        except BrokenPipeError:
+            pass
+        try:
+            self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("journal upkeep did not finish within %.0f s; killing it", timeout)
+            self._process.kill()
+            self._process.wait()
+
+
+def _lower_priority() -> None:
+    """Run below the broker and the writer (see :data:`PRIORITY`)."""
+    if PRIORITY == "idle":
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            return
+        except (AttributeError, OSError):      # not Linux: the lowest niceness instead
+            increment = 19
+    else:
+        increment = int(PRIORITY)
+    if increment > 0:
+        os.nice(increment)
+
+
+def _serve(maintenance: TableMaintenance, wake: int) -> None:
+    """Turn each byte on ``wake`` into a checkpoint request, until its end."""
+    while True:
+        try:
+            data = os.read(wake, 4096)
+        except InterruptedError:
+            continue
+        if not data:
+            return
+        maintenance.checkpoint_due()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    location, history_hours, log_hours = args[0], int(args[1]), int(args[2])
+    # like the writer, it ends when its input does, not on the signals sent to the broker's group
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _lower_priority()
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s journal-upkeep: %(message)s")
+    table = journal_table(location, log_hours)
+    table.open()
+    maintenance = JournalMaintenance(table, history_hours=history_hours, retention_hours=log_hours,
+                                     vacuum_interval=VACUUM_INTERVAL)
+    maintenance.start()
+    try:
+        _serve(maintenance, sys.stdin.fileno())
+    finally:
+        maintenance.close()
+        table.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
