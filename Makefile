@@ -23,7 +23,10 @@ typecheck: $(STAMP)
 	$(BIN)/mypy broker lakehouse mgmt
 
 # pytest exits 5 when it collects no tests: that must fail, never pass silently.
+# tools/ensure-browser installs Chromium and playwright-core for the web console's
+# browser test (DELTAMQ_SKIP_BROWSER=1 skips both).
 test: $(STAMP) typecheck
+	bash tools/ensure-browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 

@@ -8,7 +8,8 @@ Routes:
   ends the session;
 - ``GET /metrics``: Prometheus text (:mod:`mgmt.metrics`);
 - ``/apidocs``: the OpenAPI description (:mod:`mgmt.openapi`), with
-  ``/apidocs/openapi.json``.
+  ``/apidocs/openapi.json``;
+- ``/``: the web console, its files under ``/console/`` (:mod:`mgmt.console`).
 
 Every handler runs on the broker's event loop, where the model lives.
 """
@@ -28,7 +29,7 @@ from broker import __version__
 from broker.model.configured_object import ConfiguredObject
 from broker.model.message_views import Content
 from broker.security.principal import Principal
-from mgmt import metrics, openapi
+from mgmt import console, metrics, openapi
 from mgmt.errors import BAD_REQUEST, INTERNAL, UNAUTHORIZED, ApiError
 from mgmt.rest import Reply, RestApi, parse_object
 from mgmt.security import REALM, SESSION_COOKIE, Action, Authenticator, NotAuthenticated, \
@@ -58,7 +59,10 @@ class Management:
                 request.headers.get("authorization"), request.cookies.get(SESSION_COOKIE),
                 request.client.host if request.client else None)
         except NotAuthenticated as exc:
-            raise ApiError(UNAUTHORIZED, str(exc),
+            # no Basic challenge for the console's scripts: a browser would pop up its own
+            # password dialog instead of letting the page show its login form
+            scripted = request.headers.get("x-requested-with", "").lower() == "xmlhttprequest"
+            raise ApiError(UNAUTHORIZED, str(exc), {} if scripted else
                            {"WWW-Authenticate": f'Basic realm="{REALM}"'}) from None
 
 
@@ -141,7 +145,7 @@ def create_app(port: ConfiguredObject, permissions: Permissions | None = None) -
                         media_type=metrics.CONTENT_TYPE)
 
     app = Litestar(
-        route_handlers=[rest_api, login, logout, prometheus],
+        route_handlers=[rest_api, login, logout, prometheus, *console.route_handlers()],
         exception_handlers={Exception: _error_response},
         openapi_config=OpenAPIConfig(
             title="DeltaMQ management", version=__version__, path=DOCS_PATH,

@@ -1,0 +1,291 @@
+// Drives DeltaMQ's web console in a real headless Chromium (Debian's, through
+// playwright-core), as a person would: by labels, roles and button texts.
+//
+//   node console-check.mjs '<json config>'
+//
+// config: {url, user, password, chromium, screenshot, queue, target, exchange,
+//          connectionName, timeoutMs}
+//
+// tests/mgmt/test_console_browser.py runs it.  At checkpoints the script prints
+// "@@checkpoint <json>" on stdout and waits for a line on stdin: "ok" to go on,
+// anything else to stop -- so the test can check over AMQP what the page did.
+// The last line it prints is "@@result <json>".  It exits 0 only when every step
+// passed; a failure prints the step, the reason and the page's notices.
+
+import { createInterface } from "node:readline";
+import { chromium } from "playwright-core";
+
+const config = JSON.parse(process.argv[2] || "{}");
+const TIMEOUT = config.timeoutMs || 15000;
+const problems = [];            // errors the page itself reported (uncaught, console.error)
+const dialogs = [];
+let currentStep = "start";
+
+const stdinLines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+
+function log(message) {
+  process.stdout.write(`${message}\n`);
+}
+
+async function checkpoint(name, data = {}) {
+  log(`@@checkpoint ${JSON.stringify({ name, ...data })}`);
+  const { value, done } = await stdinLines.next();
+  if (done || value.trim() !== "ok") {
+    throw new Error(`the test stopped at checkpoint ${name}: ${done ? "stdin closed" : value}`);
+  }
+}
+
+function step(name) {
+  currentStep = name;
+  log(`step: ${name}`);
+}
+
+// Waits until fn() returns a truthy value; fails with `what` and the last value seen.
+async function until(what, fn, timeout = TIMEOUT) {
+  const deadline = Date.now() + timeout;
+  let last;
+  for (;;) {
+    try {
+      last = await fn();
+      if (last) return last;
+    } catch (err) {
+      last = err.message;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what} (last seen: ${JSON.stringify(last)})`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+async function textOf(locator) {
+  return ((await locator.textContent({ timeout: 1000 })) || "").trim();
+}
+
+async function expectText(locator, expected, what) {
+  const matches = (text) => (expected instanceof RegExp ? expected.test(text) : text === expected);
+  await until(`${what} to be ${expected}`, async () => {
+    const text = await textOf(locator);
+    return matches(text) ? text : false;
+  });
+}
+
+async function visible(locator, what) {
+  await locator.waitFor({ state: "visible", timeout: TIMEOUT }).catch(() => {
+    throw new Error(`${what} is not visible`);
+  });
+}
+
+async function gone(locator, what) {
+  await locator.waitFor({ state: "detached", timeout: TIMEOUT }).catch(() => {
+    throw new Error(`${what} is still there`);
+  });
+}
+
+// The REST API as a script would use it (Basic auth): what the page did, seen from outside.
+async function api(path) {
+  const auth = Buffer.from(`${config.user}:${config.password}`).toString("base64");
+  const response = await fetch(`${config.url}/api/latest/${path}`, { headers: { Authorization: `Basic ${auth}` } });
+  if (!response.ok) throw new Error(`GET ${path}: ${response.status} ${await response.text()}`);
+  return response.json();
+}
+
+async function run(page) {
+  const vhostPath = "default/default";
+  const { queue, target, exchange } = config;
+  const status = page.getByTestId("status");
+  const error = page.getByTestId("error");
+  const queueRow = (name) => page.locator(`[data-testid="queue-row"][data-queue="${name}"]`);
+  const depthOf = (name) => queueRow(name).locator('[data-field="depth"]');
+  const queueForm = page.getByTestId("queue-form");
+  const publishForm = page.getByTestId("publish-form");
+
+  step("the page loads and asks for a login");
+  const response = await page.goto(config.url);
+  if (!response || response.status() !== 200) throw new Error(`GET / answered ${response && response.status()}`);
+  await visible(page.getByRole("heading", { name: "Log in" }), "the login form");
+  if (await page.locator("#console").isVisible()) throw new Error("the console shows before logging in");
+
+  step("a wrong password is refused, with the API's reason");
+  await page.getByLabel("User name", { exact: true }).fill(config.user);
+  await page.getByLabel("Password", { exact: true }).fill(`${config.password}-wrong`);
+  await page.getByRole("button", { name: "Log in" }).click();
+  await expectText(page.getByTestId("login-error"), /^Login failed: .+/, "the login error");
+
+  step("logging in through the form");
+  await page.getByLabel("Password", { exact: true }).fill(config.password);
+  await page.getByRole("button", { name: "Log in" }).click();
+  await visible(page.getByRole("tab", { name: "Queues" }), "the console");
+  await expectText(page.getByTestId("user-name"), `Logged in as ${config.user}`, "the user shown");
+  const cookies = await page.context().cookies();
+  if (!cookies.some((c) => c.name === "DELTAMQ_SESSION" && c.httpOnly)) {
+    throw new Error(`no HttpOnly session cookie after logging in: ${JSON.stringify(cookies.map((c) => c.name))}`);
+  }
+
+  step("the overview lists the virtual host");
+  await visible(page.locator('[data-testid="vhost-row"][data-vhost="default"]'), "the default virtual host");
+
+  step("creating two queues");
+  await page.getByRole("tab", { name: "Queues" }).click();
+  for (const name of [queue, target]) {
+    await queueForm.getByLabel("Name", { exact: true }).fill(name);
+    await page.getByRole("button", { name: "Add queue" }).click();
+    await expectText(status, `Queue ${name} created.`, "the status");
+    await visible(queueRow(name), `the row of queue ${name}`);
+    await expectText(depthOf(name), "0", `the depth of ${name}`);
+  }
+  const created = await api(`queue/${vhostPath}/${encodeURIComponent(queue)}`);
+  if (created.name !== queue) throw new Error(`the API does not have queue ${queue}`);
+
+  step("an error from the API is shown (the queue exists already)");
+  await queueForm.getByLabel("Name", { exact: true }).fill(queue);
+  await page.getByRole("button", { name: "Add queue" }).click();
+  await expectText(error, /already has a queue named/i, "the error shown");
+
+  step("publishing a message to the first queue");
+  await page.getByRole("tab", { name: "Publish" }).click();
+  await until("the default exchange among the choices",
+    () => page.locator('#publish-exchange option[value=""]').count());
+  await publishForm.getByLabel("Exchange", { exact: true }).selectOption("");
+  await page.getByLabel("Routing key", { exact: true }).fill(queue);
+  await page.getByLabel("Content type", { exact: true }).fill("text/plain");
+  await page.getByLabel("Headers (JSON object, optional)", { exact: true }).fill('{"source": "console-test"}');
+  await page.getByLabel("Body", { exact: true }).fill(config.body);
+  await page.getByRole("button", { name: "Publish" }).click();
+  await expectText(status, /delivered to 1 queue\.$/, "the status after publishing");
+
+  step("the queue's depth becomes 1 on the page");
+  await page.getByRole("tab", { name: "Queues" }).click();
+  await expectText(depthOf(queue), "1", `the depth of ${queue}`);
+  await checkpoint("published", { queue });
+
+  step("browsing the queue's messages");
+  await page.getByRole("button", { name: `Browse the messages of ${queue}` }).click();
+  await expectText(page.getByTestId("browser-queue"), queue, "the queue browsed");
+  const rows = page.getByTestId("message-row");
+  await until("one message listed", async () => (await rows.count()) === 1);
+  const messageId = await rows.first().getAttribute("data-message-id");
+  await rows.first().getByRole("button", { name: /^View the body of message/ }).click();
+  await expectText(page.getByTestId("message-content"), config.body, "the body shown");
+
+  step("moving the message to the other queue");
+  await page.getByRole("checkbox", { name: `Select message ${messageId}`, exact: true }).check();
+  await page.getByLabel("Move selected messages to", { exact: true }).selectOption(target);
+  await page.getByRole("button", { name: "Move selected" }).click();
+  await expectText(status, `Moved 1 message from ${queue} to ${target}.`, "the status after moving");
+  await visible(page.getByText("This queue has no ready messages."), "the empty message list");
+  await expectText(depthOf(queue), "0", `the depth of ${queue} after the move`);
+  await expectText(depthOf(target), "1", `the depth of ${target} after the move`);
+  await checkpoint("moved", { queue, target });
+
+  step("deleting the first queue");
+  await page.getByRole("button", { name: `Delete queue ${queue}` }).click();
+  await expectText(status, `Queue ${queue} deleted.`, "the status after deleting");
+  await gone(queueRow(queue), `the row of queue ${queue}`);
+  await checkpoint("deleted", { queue });
+
+  step("an exchange, a binding, and a message routed through them");
+  await page.getByRole("tab", { name: "Exchanges" }).click();
+  await page.getByTestId("exchange-form").getByLabel("Name", { exact: true }).fill(exchange);
+  await page.getByLabel("Type", { exact: true }).selectOption("topic");
+  await page.getByRole("button", { name: "Add exchange" }).click();
+  await expectText(status, `Exchange ${exchange} created.`, "the status after adding the exchange");
+  const exchangeRow = page.locator(`[data-testid="exchange-row"][data-exchange="${exchange}"]`);
+  await visible(exchangeRow, "the new exchange's row");
+  await until("the new queue among the queues to bind",
+    () => page.locator(`#bind-queue option[value="${target}"]`).count());
+  const bindForm = page.getByTestId("bind-form");
+  await bindForm.getByLabel("Exchange", { exact: true }).selectOption(exchange);
+  await bindForm.getByLabel("Queue", { exact: true }).selectOption(target);
+  await page.getByLabel("Binding key", { exact: true }).fill("console.#");
+  await page.getByRole("button", { name: "Bind", exact: true }).click();
+  await expectText(status, `Bound ${target} to ${exchange} with key "console.#".`, "the status after binding");
+  await visible(exchangeRow.locator(`[data-testid="binding"][data-destination="${target}"]`), "the binding");
+  await page.getByRole("tab", { name: "Publish" }).click();
+  await until("the new exchange among the choices",
+    () => page.locator(`#publish-exchange option[value="${exchange}"]`).count());
+  await publishForm.getByLabel("Exchange", { exact: true }).selectOption(exchange);
+  await page.getByLabel("Routing key", { exact: true }).fill("console.routed");
+  await page.getByLabel("Body", { exact: true }).fill("routed by the console");
+  await page.getByRole("button", { name: "Publish" }).click();
+  await expectText(status, /delivered to 1 queue\.$/, "the status after publishing through the exchange");
+  await page.getByLabel("Routing key", { exact: true }).fill("elsewhere");
+  await page.getByRole("button", { name: "Publish" }).click();
+  await expectText(error, /no queue received it/, "the unroutable warning");
+  await page.getByRole("tab", { name: "Queues" }).click();
+  await expectText(depthOf(target), "2", `the depth of ${target} after routing`);
+  await page.getByRole("tab", { name: "Exchanges" }).click();
+  await page.getByRole("button", { name: `Delete exchange ${exchange}` }).click();
+  await gone(exchangeRow, "the deleted exchange's row");
+
+  step("closing the client's connection");
+  await page.getByRole("tab", { name: "Connections" }).click();
+  const connectionRow = page.locator(`[data-testid="connection-row"][data-client-id="${config.connectionName}"]`);
+  await visible(connectionRow, `the connection ${config.connectionName}`);
+  await connectionRow.getByRole("button", { name: /^Close connection/ }).click();
+  await expectText(status, /^Connection .+ closed\.$/, "the status after closing");
+  await gone(connectionRow, "the closed connection's row");
+  await checkpoint("closed", { connectionName: config.connectionName });
+
+  step("a screenshot of the queues, browsing the second one");
+  await page.getByRole("tab", { name: "Queues" }).click();
+  await page.getByRole("button", { name: `Browse the messages of ${target}` }).click();
+  await until("two messages listed", async () => (await rows.count()) === 2);
+  await rows.nth(1).getByRole("button", { name: /^View the body of message/ }).click();
+  await expectText(page.getByTestId("message-content"), "routed by the console", "the routed body");
+  await page.screenshot({ path: config.screenshot, fullPage: true });
+
+  step("logging out ends the session");
+  await page.getByRole("button", { name: "Log out" }).click();
+  await visible(page.getByRole("heading", { name: "Log in" }), "the login form after logging out");
+  await page.reload();
+  await visible(page.getByRole("heading", { name: "Log in" }), "the login form after reloading");
+}
+
+async function main() {
+  let browser;
+  let page;
+  const result = { ok: false, problems, dialogs };
+  try {
+    browser = await chromium.launch({
+      executablePath: config.chromium,
+      headless: true,
+      // this machine reaches no Google service: keep Chromium from trying
+      args: ["--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--disable-quic", "--no-first-run", "--disable-dev-shm-usage"],
+    });
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    page = await context.newPage();
+    page.setDefaultTimeout(TIMEOUT);
+    page.on("pageerror", (err) => problems.push(`uncaught: ${err.message}`));
+    page.on("console", (msg) => {
+      // the API's 401 (wrong password, no session yet) and 409 (the queue exists) are
+      // expected: the steps check what the page made of them; any other error is not
+      if (msg.type() === "error" && !/status of 40[19] /.test(msg.text())) problems.push(`console: ${msg.text()}`);
+    });
+    page.on("requestfailed", (req) => {
+      // a refresh still in flight when the page is reloaded is aborted: not a failure
+      const reason = req.failure()?.errorText || "";
+      if (!reason.includes("ERR_ABORTED")) problems.push(`request failed: ${req.url()} ${reason}`);
+    });
+    page.on("dialog", (dialog) => { dialogs.push(dialog.message()); dialog.accept(); });
+    await run(page);
+    if (problems.length) throw new Error(`the page reported errors: ${problems.join("; ")}`);
+    result.ok = true;
+  } catch (err) {
+    result.step = currentStep;
+    result.error = err.message;
+    if (page) {
+      try {
+        result.notices = await page.evaluate(() => ["error", "status", "login-error"]
+          .map((id) => document.getElementById(id))
+          .filter((el) => el && !el.hidden).map((el) => `${el.id}: ${el.textContent}`));
+        if (config.failureScreenshot) await page.screenshot({ path: config.failureScreenshot, fullPage: true });
+      } catch (_) { /* the page is gone */ }
+    }
+  } finally {
+    if (browser) await browser.close();
+  }
+  log(`@@result ${JSON.stringify(result)}`);
+  process.exit(result.ok ? 0 : 1);
+}
+
+main();
