@@ -20,7 +20,7 @@ run: $(STAMP)
 	$(BIN)/deltamq serve
 
 typecheck: $(STAMP)
-	$(BIN)/mypy broker lakehouse
+	$(BIN)/mypy broker lakehouse mgmt
 
 # pytest exits 5 when it collects no tests: that must fail, never pass silently.
 test: $(STAMP) typecheck

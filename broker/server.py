@@ -2,9 +2,12 @@
 
 This is the composition root.  It owns the one event loop on which every
 model and queue operation happens, binds each AMQP Port of the model to a
-TCP listener, drives each virtual host's timers (message TTL, queue
-expiry) and the memory alarm behind connection.blocked, and on SIGINT/SIGTERM
-closes every connection with 320 CONNECTION_FORCED before exiting.
+TCP listener, starts the management plugin of each port that carries HTTP
+(entry point group ``deltamq.management``, by port type, e.g. ``mgmt`` for
+``HTTP``: Broker-J's HttpManagement), drives each virtual host's timers
+(message TTL, queue expiry) and the memory alarm behind connection.blocked,
+and on SIGINT/SIGTERM stops management, then closes every connection with
+320 CONNECTION_FORCED before exiting.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ import os
 import signal
 import sys
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
+from anyio.abc import TaskStatus
 
 from broker import __version__, errors
 from broker.protocol.amqp0_9_1.connection import AmqpConnection
@@ -35,8 +39,38 @@ IMPLEMENTED = {
 }
 
 MEMORY_CHECK_INTERVAL = 1.0
+#: how long management may take to finish the requests in flight at shutdown
+MANAGEMENT_STOP_TIMEOUT = 5.0
 GC_YOUNG_THRESHOLD = 50_000
 TIMER_RESOLUTION = 0.05
+
+
+class ManagementPlugin(Protocol):
+    """What the ``deltamq.management`` entry point's class builds for one port.
+
+    ``plugin = Plugin(port)``; the server runs ``await task_group.start(plugin.serve)``
+    (``serve`` reports started once it listens, raising OSError when it
+    cannot) and, at shutdown, ``await plugin.stop()``, which returns once
+    ``serve`` has finished.
+    """
+
+    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+def _management_plugins(broker: Any) -> list[ManagementPlugin]:
+    """One plugin per port that carries HTTP, chosen by the port's type."""
+    from broker.model import registry
+
+    plugins: list[ManagementPlugin] = []
+    for port in broker.ports():
+        if not any(protocol.name == "HTTP" for protocol in port.protocols):
+            continue
+        factory = registry.load_plugin(registry.MANAGEMENT_GROUP, port.type,
+                                       what="management plugin")
+        plugins.append(factory(port))
+    return plugins
 
 
 class BrokerHost:
@@ -211,9 +245,12 @@ async def _main(system: Any) -> None:
     alarm = MemoryAlarm(int(broker.memory_high_watermark))
     registries: list[ConnectionRegistry] = []
     servers: list[asyncio.AbstractServer] = []
+    managements = _management_plugins(broker)
     async with anyio.create_task_group() as tg:
         for port in broker.ports("AMQP"):
             registries.append(await _serve_port(servers, broker, port, alarm))
+        for management in managements:
+            await tg.start(management.serve)
         for vhost in broker.virtual_hosts:
             if getattr(vhost, "journal", None) is not None:
                 vhost.journal.attach_loop(asyncio.get_running_loop())
@@ -225,6 +262,9 @@ async def _main(system: Any) -> None:
             async for signum in signals:
                 log.info("received %s: shutting down", signal.Signals(signum).name)
                 break
+        with anyio.move_on_after(MANAGEMENT_STOP_TIMEOUT):
+            for management in managements:
+                await management.stop()
         for server in servers:
             server.close()
         for registry in registries:
@@ -256,6 +296,9 @@ def serve(config_path: str | None, context: dict[str, str], log_level: str = "IN
     except OSError as exc:
         log.error("cannot start: %s", exc)
         return 1
+    except errors.BrokerError as exc:           # e.g. a port whose management plugin is missing
+        log.error("cannot start: %s", exc.text or exc)
+        return 2
     finally:
         close = getattr(system, "close", None)
         if close is not None:

@@ -15,13 +15,14 @@ extracted once at construction into slots.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace as _dc_replace
 from sys import intern
 from typing import Any, Protocol
 
 from broker.errors import PreconditionFailed
 
-__all__ = ["Message", "MessageProperties", "PropertiesCodec"]
+__all__ = ["Message", "MessageProperties", "PropertiesCodec", "message_number"]
 
 
 @dataclass(slots=True)
@@ -89,10 +90,12 @@ class Message:
         persistent: delivery_mode == 2.
         journal_id: the message's number in its virtual host's journal, once a
             durable queue journaled it (0 until then).
+        number: unset until management first looks at the message; see
+            :func:`message_number`.
     """
 
     __slots__ = ("exchange", "routing_key", "body", "_properties", "_codec",
-                 "arrival", "expires_at", "priority", "persistent", "journal_id")
+                 "arrival", "expires_at", "priority", "persistent", "journal_id", "number")
 
     exchange: str
     routing_key: str
@@ -102,6 +105,7 @@ class Message:
     priority: int
     persistent: bool
     journal_id: int
+    number: int
 
     def __init__(self, *, exchange: str, routing_key: str, body: bytes,
                  properties: MessageProperties | None,
@@ -170,3 +174,20 @@ class Message:
     def __repr__(self) -> str:
         return (f"Message(exchange={self.exchange!r}, routing_key={self.routing_key!r}, "
                 f"body_size={len(self.body)}, priority={self.priority})")
+
+
+_numbers = itertools.count(1)
+
+
+def message_number(message: Message) -> int:
+    """The number management knows ``message`` by, given the first time it is asked for.
+
+    Numbers are never reused within a process, so a number taken from a
+    listing can never select another message later.  They cost nothing on
+    the publish path: most messages are never looked at.
+    """
+    try:
+        return message.number
+    except AttributeError:
+        number = message.number = next(_numbers)
+        return number

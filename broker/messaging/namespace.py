@@ -94,6 +94,9 @@ class Namespace:
         self._wall_clock = wall_clock
         self._queues: dict[str, Queue] = {}
         self._timed: set[Queue] = set()
+        #: statistics for management: messages (and body bytes) published into this virtual host
+        self.published_messages = 0
+        self.published_bytes = 0
         self._restoring = False
         self.default_exchange: Exchange = DirectExchange("", vhost=vhost_name, durable=True)
         self._exchanges: dict[str, Exchange] = {"": self.default_exchange}
@@ -420,6 +423,8 @@ class Namespace:
 
         Raises NotFound for a missing exchange and AccessRefused for an internal one.
         """
+        self.published_messages += 1
+        self.published_bytes += len(message.body)
         if not exchange_name:
             queue = self._queues.get(message.routing_key)
             return [queue] if queue is not None else []

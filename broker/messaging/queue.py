@@ -135,6 +135,7 @@ class Queue:
         "_prioritised", "_priority_cursor",
         "_sac", "_ready", "_ready_bytes", "_unacked", "_dispatching",
         "_deleted", "_timed", "_ttl", "_limited", "_last_used", "_fresh", "_returned", "_taken",
+        "enqueued_messages", "enqueued_bytes", "delivered_messages", "delivered_bytes",
     )
 
     def __init__(self, name: str, *, vhost: str = "", durable: bool = False,
@@ -174,6 +175,12 @@ class Queue:
         self._fresh: deque[Message] = deque()
         self._returned: list[QueueEntry] = []
         self._taken = 0
+        # statistics for management: messages (and body bytes) accepted, and
+        # delivered to consumers or basic.get (redeliveries count again)
+        self.enqueued_messages = 0
+        self.enqueued_bytes = 0
+        self.delivered_messages = 0
+        self.delivered_bytes = 0
 
     # -- read-only views -------------------------------------------------------
 
@@ -226,6 +233,8 @@ class Queue:
         journal = self.journal
         if journal is not None and message.persistent:
             journal.enqueued(self, message)
+        self.enqueued_messages += 1
+        self.enqueued_bytes += len(message.body)
         if message.expires_at is not None and not self._timed:
             self._become_timed()
         consumers = self._consumers
@@ -385,6 +394,8 @@ class Queue:
         else:
             entry.state = ACQUIRED
             self._unacked += 1
+        self.delivered_messages += 1
+        self.delivered_bytes += len(entry.message.body)
         if self.journal is not None and entry.message.persistent:
             self._journal_taken(entry)
         consumer.deliver(entry)
@@ -441,6 +452,8 @@ class Queue:
             else:
                 entry.state = ACQUIRED
                 self._unacked += 1
+            self.delivered_messages += 1
+            self.delivered_bytes += len(entry.message.body)
             if self.journal is not None and entry.message.persistent:
                 self._journal_taken(entry)
             return entry
@@ -517,6 +530,65 @@ class Queue:
         self._clear()
         self._ready = self._ready_bytes = 0
         return count
+
+    # -- management: looking at and taking chosen ready messages ---------------------
+
+    def browse(self, select: Callable[[QueueEntry], bool] | None = None,
+               limit: int | None = None) -> list[QueueEntry]:
+        """Ready messages in delivery order (those ``select`` accepts, at most ``limit``), left in place.
+
+        Generic over the queue kinds: entries are taken from the head as a
+        consumer would take them and put back where they were, which the
+        storage of every kind preserves.  Without ``select``, only the first
+        ``limit`` are touched.
+        """
+        seen: list[QueueEntry] = []
+        chosen: list[QueueEntry] = []
+        try:
+            while limit is None or len(chosen) < limit:
+                entry = self._take()
+                if entry is None:
+                    break
+                seen.append(entry)
+                if select is None or select(entry):
+                    chosen.append(entry)
+        finally:
+            for entry in seen:
+                self._put_back(entry)
+        return chosen
+
+    def remove_ready(self, select: Callable[[QueueEntry], bool],
+                     limit: int | None = None) -> list[QueueEntry]:
+        """Take the ready messages ``select`` accepts out of the queue (management's move and delete).
+
+        ``select`` may act on the entry (enqueue its message elsewhere) and
+        returns whether it leaves this queue.  Entries leave in delivery
+        order, at most ``limit`` of them; each persistent one is journaled as
+        ``purged``; the others stay where they were.
+        """
+        kept: list[QueueEntry] = []
+        removed: list[QueueEntry] = []
+        try:
+            while limit is None or len(removed) < limit:
+                entry = self._take()
+                if entry is None:
+                    break
+                if select(entry):
+                    removed.append(entry)
+                else:
+                    kept.append(entry)
+        finally:
+            for entry in kept:
+                self._put_back(entry)
+        journal = self.journal
+        for entry in removed:
+            entry.state = SETTLED
+            self._ready -= 1
+            self._ready_bytes -= len(entry.message.body)
+            self._forget(entry)
+            if journal is not None and entry.message.persistent:
+                journal.settled(self, entry.message, PURGED, None, entry.delivery_count)
+        return removed
 
     def restore(self, message: Message, deliveries: int = 0) -> None:
         """Put back a message recovered from the journal, at the tail (nothing is journaled).

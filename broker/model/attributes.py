@@ -154,6 +154,16 @@ def attribute(
     )
 
 
+def named(**declarations: Attribute[Any]) -> dict[str, Attribute[Any]]:
+    """Attributes declared outside a class body, by wire name (keys are Python names)."""
+    found: dict[str, Attribute[Any]] = {}
+    for python_name, decl in declarations.items():
+        decl.python_name = python_name
+        decl.name = decl.name or camel_case(python_name)
+        found[decl.name] = decl
+    return found
+
+
 class DerivedAttribute(Generic[T]):
     """A read-only attribute computed by the object (state, counters...).
 
@@ -162,12 +172,16 @@ class DerivedAttribute(Generic[T]):
     """
 
     def __init__(self, kind: type[T], compute: Callable[[Any], T], description: str,
-                 name: str | None) -> None:
+                 name: str | None, statistic: bool = False, counter: bool = False) -> None:
         self.kind: type = kind
         self.compute = compute
         self.description = description
         self.name = name or ""
         self.python_name = ""
+        #: a measurement rather than a property (management lists it under ``statistics``)
+        self.statistic = statistic or counter
+        #: a statistic that only ever grows (management also reports its rate per second)
+        self.counter = counter
 
     def __set_name__(self, owner: type, python_name: str) -> None:
         self.python_name = python_name
@@ -186,15 +200,28 @@ class DerivedAttribute(Generic[T]):
         return self.compute(obj)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "type": self.kind.__name__, "derived": True,
-                "mutable": False, "secure": False, "description": self.description}
+        described = {"name": self.name, "type": self.kind.__name__, "derived": True,
+                     "mutable": False, "secure": False, "description": self.description}
+        if self.statistic:
+            described["statistic"] = True
+        if self.counter:
+            described["counter"] = True
+        return described
 
 
-def derived(kind: type[T], *, description: str = "",
-            name: str | None = None) -> Callable[[Callable[[Any], T]], DerivedAttribute[T]]:
-    """Decorate a method computing a read-only attribute."""
+def derived(kind: type[T], *, description: str = "", name: str | None = None,
+            statistic: bool = False,
+            counter: bool = False) -> Callable[[Callable[[Any], T]], DerivedAttribute[T]]:
+    """Decorate a method computing a read-only attribute.
+
+    ``statistic=True`` marks a measurement (a queue's depth, a connection
+    count), which management reports apart from the object's properties, as
+    Broker-J's ``statistics``; ``counter=True`` a statistic that only grows
+    (messages in), whose rate management reports too.
+    """
     def wrap(compute: Callable[[Any], T]) -> DerivedAttribute[T]:
-        return DerivedAttribute(kind, compute, description or (compute.__doc__ or "").strip(), name)
+        return DerivedAttribute(kind, compute, description or (compute.__doc__ or "").strip(), name,
+                                statistic, counter)
     return wrap
 
 

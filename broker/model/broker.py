@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from broker.errors import ConfigurationError
-from broker.model.attributes import attribute
+from broker.model.attributes import attribute, derived
 from broker.model.configured_object import ConfiguredObject
 
 if TYPE_CHECKING:
@@ -48,6 +50,41 @@ class Broker(ConfiguredObject):
         int, default="${deltamq.memory_high_watermark}",
         description="Bytes of memory in use above which publishing connections are"
                     " blocked (connection.blocked); default 40% of available memory")
+
+    def __init__(self, parent: ConfiguredObject | None, attributes: Mapping[str, Any],
+                 *, id: str | None = None) -> None:
+        super().__init__(parent, attributes, id=id)
+        self.started_at = time.monotonic()
+
+    # -- statistics -----------------------------------------------------------------
+
+    @derived(float, statistic=True, description="Seconds since the broker started")
+    def uptime(self) -> float:
+        return round(time.monotonic() - self.started_at, 3)
+
+    @derived(int, statistic=True, description="The broker's process id")
+    def process_pid(self) -> int:
+        return os.getpid()
+
+    @derived(int, statistic=True, description="Connections open on every virtual host")
+    def connection_count(self) -> int:
+        return sum(int(vhost.connection_count) for vhost in self.virtual_hosts)
+
+    @derived(int, counter=True, description="Messages published into every virtual host")
+    def messages_in(self) -> int:
+        return sum(int(vhost.messages_in) for vhost in self.virtual_hosts)
+
+    @derived(int, counter=True, description="Body bytes published into every virtual host")
+    def bytes_in(self) -> int:
+        return sum(int(vhost.bytes_in) for vhost in self.virtual_hosts)
+
+    @derived(int, counter=True, description="Deliveries from every queue")
+    def messages_out(self) -> int:
+        return sum(int(vhost.messages_out) for vhost in self.virtual_hosts)
+
+    @derived(int, counter=True, description="Body bytes delivered from every queue")
+    def bytes_out(self) -> int:
+        return sum(int(vhost.bytes_out) for vhost in self.virtual_hosts)
 
     def validate(self) -> None:
         if self.heartbeat_delay < 0:

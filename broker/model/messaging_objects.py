@@ -17,21 +17,35 @@ object.
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-from broker.model.attributes import derived
+from broker.errors import BrokerError, ConfigurationError, NotFound
+from broker.model.attributes import Attribute, attribute, derived, named
 from broker.model.config_store import ConfigurationRecord, DurableConfigurationStore
 from broker.model.configured_object import ConfiguredObject
+from broker.model.operations import operation
 from broker.model.runtime import RuntimeObject
 
 if TYPE_CHECKING:
     from broker.messaging.exchange import Exchange as LiveExchange
     from broker.messaging.namespace import Namespace
     from broker.messaging.queue import Queue as LiveQueue
+    from broker.messaging.queue import QueueEntry
+    from broker.model.message_views import Content
+
+#: Broker-J's lifetime policies, as auto-delete and exclusive queues and exchanges map to them
+PERMANENT = "PERMANENT"
+DELETE_ON_NO_OUTBOUND_LINKS = "DELETE_ON_NO_OUTBOUND_LINKS"
+DELETE_ON_CONNECTION_CLOSE = "DELETE_ON_CONNECTION_CLOSE"
 
 
 class NamespaceObject(RuntimeObject):
     """What exchanges and queues share: a name, a live object, the declared basics."""
+
+    #: what management may give when it creates one (see VirtualHost.create_child)
+    creation: ClassVar[dict[str, Attribute[Any]]] = {}
 
     def __init__(self, parent: ConfiguredObject | None, live: Any, namespace: Namespace) -> None:
         super().__init__(parent, {"name": live.name or "<default>"})
@@ -59,6 +73,32 @@ class NamespaceObject(RuntimeObject):
     def arguments(self) -> dict[str, Any]:
         return dict(self._get("arguments", None) or {})
 
+    @derived(str, description="Broker-J's view of auto-delete and exclusivity: PERMANENT,"
+                              " DELETE_ON_NO_OUTBOUND_LINKS, DELETE_ON_CONNECTION_CLOSE")
+    def lifetime_policy(self) -> str:
+        if self._get("exclusive_owner") is not None:
+            return DELETE_ON_CONNECTION_CLOSE
+        return DELETE_ON_NO_OUTBOUND_LINKS if self._get("auto_delete", False) else PERMANENT
+
+    @property
+    def live_object(self) -> Any:
+        if self.live is None:
+            raise NotFound(f"{self.label} has been deleted")
+        return self.live
+
+    @contextmanager
+    def journal_transaction(self) -> Iterator[None]:
+        """Everything journaled inside is one journal transaction (one atomic commit)."""
+        journal = self.namespace.journal
+        if journal is None:
+            yield
+            return
+        journal.begin_transaction()
+        try:
+            yield
+        finally:
+            journal.end_transaction()
+
     def unregister(self) -> None:
         """The namespace deleted the real object: only the view goes."""
         self.live = None
@@ -77,6 +117,20 @@ class NamespaceObject(RuntimeObject):
 class Exchange(NamespaceObject):
     category = "Exchange"
 
+    creation = named(
+        type=attribute(str, mandatory=True, choices=("direct", "fanout", "topic", "headers"),
+                       description="Routing algorithm"),
+        durable=attribute(bool, default=True, description="Survives a broker restart"),
+        auto_delete=attribute(bool, default=False,
+                              description="Deleted with its last binding"),
+        lifetime_policy=attribute(str, choices=(PERMANENT, DELETE_ON_NO_OUTBOUND_LINKS),
+                                  description="Broker-J's spelling of autoDelete"),
+        internal=attribute(bool, default=False,
+                           description="Only exchange-to-exchange bindings may route to it"),
+        arguments=attribute(dict, default={}, description="Declaration arguments"
+                                                          " (alternate-exchange, ...)"),
+    )
+
     @derived(bool, description="Cannot be published to directly, only through exchange bindings")
     def internal(self) -> bool:
         return bool(self._get("internal", False))
@@ -92,32 +146,263 @@ class Exchange(NamespaceObject):
     def delete_live(self, live: LiveExchange) -> None:
         self.namespace.delete_exchange(live.name)
 
+    @operation(description="Bind a queue or exchange to this exchange; false when the binding"
+                           " existed already",
+               returns=bool,
+               destination=attribute(str, mandatory=True,
+                                     description="Queue (or else exchange) to route to"),
+               binding_key=attribute(str, default="", description="Binding (routing) key"),
+               arguments=attribute(dict, default={}, description="Binding arguments"
+                                                                 " (headers exchange: x-match...)"),
+               replace_existing_arguments=attribute(
+                   bool, default=False,
+                   description="Replace a binding with the same key and other arguments"))
+    def bind(self, destination: str, binding_key: str, arguments: dict[str, Any],
+             replace_existing_arguments: bool) -> bool:
+        target = self._destination(destination)
+        existing = self._bindings_to(target, binding_key)
+        if any(binding.arguments == arguments for binding in existing):
+            return False
+        self._wrap(lambda: self._bind_one(target, binding_key, arguments))
+        if replace_existing_arguments:
+            for binding in existing:
+                self._unbind_one(target, binding_key, binding.arguments)
+        return True
+
+    @operation(description="Remove the bindings of this exchange to a queue or exchange with"
+                           " this key; false when there was none",
+               returns=bool,
+               destination=attribute(str, mandatory=True,
+                                     description="Queue (or else exchange) bound to"),
+               binding_key=attribute(str, default="", description="Binding (routing) key"))
+    def unbind(self, destination: str, binding_key: str) -> bool:
+        target = self._destination(destination)
+        found = self._bindings_to(target, binding_key)
+        for binding in found:
+            self._wrap(lambda: self._unbind_one(target, binding_key, binding.arguments))
+        return bool(found)
+
+    def _destination(self, name: str) -> Any:
+        destination = self.namespace.queues.get(name) or self.namespace.exchanges.get(name)
+        if destination is None or not name:
+            raise ConfigurationError(f"{self.label}: parameter 'destination': no queue or"
+                                     f" exchange '{name}' in vhost '{self.namespace.vhost_name}'")
+        return destination
+
+    def _bindings_to(self, target: Any, key: str) -> list[Any]:
+        live: LiveExchange = self.live_object
+        return [b for b in live.bindings.values() if b.destination is target and b.routing_key == key]
+
+    def _bind_one(self, target: Any, key: str, arguments: dict[str, Any]) -> None:
+        from broker.messaging.exchange import Exchange as LiveExchange
+
+        if isinstance(target, LiveExchange):
+            self.namespace.bind_exchange(target.name, self.live_object.name, key, arguments)
+        else:
+            self.namespace.bind_queue(target.name, self.live_object.name, key, arguments)
+
+    def _unbind_one(self, target: Any, key: str, arguments: dict[str, Any]) -> None:
+        from broker.messaging.exchange import Exchange as LiveExchange
+
+        if isinstance(target, LiveExchange):
+            self.namespace.unbind_exchange(target.name, self.live_object.name, key, arguments)
+        else:
+            self.namespace.unbind_queue(target.name, self.live_object.name, key, arguments)
+
+    def _wrap(self, action: Callable[[], None]) -> None:
+        """Namespace refusals (a bad x-match, the default exchange) are invalid input here."""
+        try:
+            action()
+        except NotFound:
+            raise
+        except BrokerError as exc:
+            raise ConfigurationError(f"{self.label}: {exc.text}") from None
+
 
 class Queue(NamespaceObject):
     category = "Queue"
+
+    creation = named(
+        type=attribute(str, choices=("standard", "priority", "lvq", "sorted"),
+                       description="Queue kind; chosen by the arguments (x-max-priority,"
+                                   " x-last-value-key, qpid.queue_sort_key), checked against"
+                                   " them when given"),
+        durable=attribute(bool, default=True, description="Survives a broker restart"),
+        auto_delete=attribute(bool, default=False,
+                              description="Deleted when its last consumer goes"),
+        lifetime_policy=attribute(str, choices=(PERMANENT, DELETE_ON_NO_OUTBOUND_LINKS),
+                                  description="Broker-J's spelling of autoDelete"),
+        arguments=attribute(dict, default={}, description="Declaration arguments (x-message-ttl,"
+                                                          " x-max-length, x-dead-letter-exchange"
+                                                          ", ...)"),
+    )
 
     @derived(bool, description="Owned by one connection, deleted with it")
     def exclusive(self) -> bool:
         return self._get("exclusive_owner") is not None
 
-    @derived(int, description="Messages ready for delivery")
+    @derived(int, statistic=True, description="Messages ready for delivery")
     def queue_depth_messages(self) -> int:
         return int(self._get("message_count", 0))
 
-    @derived(int, description="Bytes of message bodies ready for delivery")
+    @derived(int, statistic=True, description="Bytes of message bodies ready for delivery")
     def queue_depth_bytes(self) -> int:
         return int(self._get("message_bytes", 0))
 
-    @derived(int, description="Messages delivered and not yet acknowledged")
+    @derived(int, statistic=True, description="Messages delivered and not yet acknowledged")
     def unacknowledged_messages(self) -> int:
         return int(self._get("unacked_count", 0))
 
-    @derived(int, description="Consumers attached")
+    @derived(int, statistic=True, description="Consumers attached")
     def consumer_count(self) -> int:
         return int(self._get("consumer_count", 0))
 
+    @derived(int, counter=True, description="Messages enqueued since the queue was created")
+    def messages_in(self) -> int:
+        return int(self._get("enqueued_messages", 0))
+
+    @derived(int, counter=True, description="Body bytes enqueued since the queue was created")
+    def bytes_in(self) -> int:
+        return int(self._get("enqueued_bytes", 0))
+
+    @derived(int, counter=True, description="Deliveries to consumers and basic.get"
+                                            " (redeliveries included)")
+    def messages_out(self) -> int:
+        return int(self._get("delivered_messages", 0))
+
+    @derived(int, counter=True, description="Body bytes delivered")
+    def bytes_out(self) -> int:
+        return int(self._get("delivered_bytes", 0))
+
     def delete_live(self, live: LiveQueue) -> None:
         self.namespace.delete_queue(live.name, owner=live.exclusive_owner)
+
+    # -- operations (Broker-J's Queue operations) --------------------------------------
+
+    @operation(description="Remove every ready message (not dead-lettered); the number removed",
+               returns=int)
+    def clear_queue(self) -> int:
+        with self.journal_transaction():
+            return int(self.live_object.purge())
+
+    @operation(description="Ready messages from position 'first' to 'last' (from 0, both"
+                           " included; -1: no bound), in delivery order",
+               changes=False, returns=list,
+               first=attribute(int, default=-1, description="First position (-1: the head)"),
+               last=attribute(int, default=-1, description="Last position (-1: the tail)"),
+               include_headers=attribute(bool, default=False,
+                                         description="Include application headers"))
+    def get_message_info(self, first: int, last: int, include_headers: bool) -> list[dict[str, Any]]:
+        from broker.model.message_views import message_info
+
+        live: LiveQueue = self.live_object
+        entries = live.browse(limit=last + 1 if last >= 0 else None)
+        start = max(first, 0)
+        return [message_info(entry, self.namespace.clock, include_headers)
+                for entry in entries[start:]]
+
+    @operation(description="The body of one ready message, with its content type",
+               changes=False, returns=bytes,
+               message_id=attribute(int, mandatory=True,
+                                    description="The message's id (from getMessageInfo)"),
+               limit=attribute(int, default=-1, description="At most this many bytes (-1: all)"),
+               return_json=attribute(bool, default=False,
+                                     description="Answer the body parsed as JSON"))
+    def get_message_content(self, message_id: int, limit: int,
+                            return_json: bool) -> Content | Any:
+        from broker.model.message_views import message_content
+
+        live: LiveQueue = self.live_object
+        found = live.browse(_numbered([message_id]), limit=1)
+        if not found:
+            raise NotFound(f"no message {message_id} in {self.label}")
+        return message_content(found[0].message, limit, return_json)
+
+    @operation(description="Move ready messages to another queue, atomically (one journal"
+                           " commit); the ids moved",
+               returns=list,
+               destination=attribute(str, mandatory=True, description="The queue to move to"),
+               message_ids=attribute(list, of=int, description="Ids to move (default: all)"),
+               selector=attribute(str, description="Not supported: must be absent"),
+               limit=attribute(int, default=-1, description="At most this many (-1: no limit)"))
+    def move_messages(self, destination: str, message_ids: list[int] | None,
+                      selector: str | None, limit: int) -> list[int]:
+        from broker.messaging.message import message_number
+
+        live: LiveQueue = self.live_object
+        target = self._target_queue(destination, selector)
+        wanted = _numbered(message_ids)
+        with self.journal_transaction():
+            moved = live.remove_ready(lambda e: wanted(e) and target.enqueue(e.message),
+                                      limit=limit if limit >= 0 else None)
+        return [message_number(entry.message) for entry in moved]
+
+    @operation(description="Copy ready messages to another queue, atomically (one journal"
+                           " commit); the ids copied",
+               returns=list,
+               destination=attribute(str, mandatory=True, description="The queue to copy to"),
+               message_ids=attribute(list, of=int, description="Ids to copy (default: all)"),
+               selector=attribute(str, description="Not supported: must be absent"),
+               limit=attribute(int, default=-1, description="At most this many (-1: no limit)"))
+    def copy_messages(self, destination: str, message_ids: list[int] | None,
+                      selector: str | None, limit: int) -> list[int]:
+        from broker.messaging.message import message_number
+
+        live: LiveQueue = self.live_object
+        target = self._target_queue(destination, selector)
+        entries = live.browse(_numbered(message_ids), limit=limit if limit >= 0 else None)
+        copied: list[int] = []
+        with self.journal_transaction():
+            for entry in entries:
+                if target.enqueue(entry.message):
+                    copied.append(message_number(entry.message))
+        return copied
+
+    @operation(description="Delete ready messages, atomically (one journal commit);"
+                           " the ids deleted",
+               returns=list,
+               message_ids=attribute(list, of=int, description="Ids to delete (default: all)"),
+               selector=attribute(str, description="Not supported: must be absent"),
+               limit=attribute(int, default=-1, description="At most this many (-1: no limit)"))
+    def delete_messages(self, message_ids: list[int] | None, selector: str | None,
+                        limit: int) -> list[int]:
+        from broker.messaging.message import message_number
+
+        live: LiveQueue = self.live_object
+        _no_selector(self, selector)
+        with self.journal_transaction():
+            removed = live.remove_ready(_numbered(message_ids),
+                                        limit=limit if limit >= 0 else None)
+        return [message_number(entry.message) for entry in removed]
+
+    def _target_queue(self, name: str, selector: str | None) -> LiveQueue:
+        _no_selector(self, selector)
+        target = self.namespace.queues.get(name)
+        if target is None:
+            raise ConfigurationError(f"{self.label}: parameter 'destination': no queue '{name}'"
+                                     f" in vhost '{self.namespace.vhost_name}'")
+        if target is self.live:
+            raise ConfigurationError(f"{self.label}: parameter 'destination' must be another"
+                                     " queue")
+        return target
+
+
+def _numbered(ids: list[int] | None) -> Callable[[QueueEntry], bool]:
+    """Selects the entries whose message has one of ``ids`` (every entry for None).
+
+    A message management never numbered cannot be one the caller saw, so it
+    is not numbered here either.
+    """
+    if ids is None:
+        return lambda entry: True
+    wanted = set(ids)
+    return lambda entry: getattr(entry.message, "number", None) in wanted
+
+
+def _no_selector(queue: ConfiguredObject, selector: str | None) -> None:
+    if selector:
+        raise ConfigurationError(f"{queue.label}: parameter 'selector': message selectors are"
+                                 " not supported; select by messageIds and limit")
 
 
 class NamespaceMirror:

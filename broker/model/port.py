@@ -74,7 +74,7 @@ class Port(ConfiguredObject):
         super().__init__(parent, attributes, id=id)
         self._open_connections = 0
 
-    @derived(int, description="Connections currently open on this port")
+    @derived(int, statistic=True, description="Connections currently open on this port")
     def connection_count(self) -> int:
         return self._open_connections
 

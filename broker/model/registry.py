@@ -50,6 +50,8 @@ TYPE_GROUPS: dict[str, str] = {
 }
 
 STORE_GROUP = "deltamq.stores"
+#: management plugins, one per port type that serves management (``HTTP``: mgmt)
+MANAGEMENT_GROUP = "deltamq.management"
 #: command-line commands contributed by other packages (``deltamq sql`` from lakehouse)
 COMMAND_GROUP = "deltamq.commands"
 
@@ -67,6 +69,7 @@ BUILTIN_PLUGINS: dict[tuple[str, str], str] = {
     ("deltamq.commands", "sql"): "lakehouse.sql_command:add_command",
     ("deltamq.ports", "AMQP"): "broker.model.port:AmqpPort",
     ("deltamq.ports", "HTTP"): "broker.model.port:HttpPort",
+    ("deltamq.management", "HTTP"): "mgmt.plugin:HttpManagement",
     ("deltamq.stores", "memory"): "broker.model.config_store:MemoryConfigurationStore",
 }
 

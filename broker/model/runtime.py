@@ -82,7 +82,7 @@ class Connection(RuntimeObject):
         #: called with a reason when management deletes this connection
         self.closer: Callable[[str], None] | None = None
 
-    @derived(int, description="Sessions (channels) open on this connection")
+    @derived(int, statistic=True, description="Sessions (channels) open on this connection")
     def session_count(self) -> int:
         return len(self._children["Session"])
 
@@ -114,7 +114,7 @@ class Session(RuntimeObject):
     transactional = attribute(bool, default=False,
                               description="True once the session is transactional (tx.select)")
 
-    @derived(int, description="Consumers on this session")
+    @derived(int, statistic=True, description="Consumers on this session")
     def consumer_count(self) -> int:
         return len(self._children["Consumer"])
 

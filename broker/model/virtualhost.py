@@ -21,14 +21,16 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from broker.errors import ConfigurationError, InternalError, NotAllowed
+from broker.errors import BrokerError, ConfigurationError, InternalError, NotAllowed
 from broker.model import registry
-from broker.model.attributes import attribute, derived
+from broker.model.attributes import attribute, convert, derived
 from broker.model.config_store import ConfigurationRecord, DurableConfigurationStore
 from broker.model.configured_object import ConfiguredObject
+from broker.model.messaging_objects import DELETE_ON_NO_OUTBOUND_LINKS
 from broker.model.messaging_objects import Exchange as ModelExchange
-from broker.model.messaging_objects import NamespaceMirror, NamespaceRecords
+from broker.model.messaging_objects import NamespaceMirror, NamespaceObject, NamespaceRecords
 from broker.model.messaging_objects import Queue as ModelQueue
+from broker.model.operations import operation
 from broker.model.persistence import StoreBinding, recover
 from broker.model.port import PortProtocol, Transport
 from broker.model.runtime import Connection, next_connection_name
@@ -136,9 +138,41 @@ class VirtualHost(ConfiguredObject):
     def connections(self) -> list[Connection]:
         return cast("list[Connection]", self.children("Connection"))
 
-    @derived(int, description="Connections open on this virtual host")
+    @derived(int, statistic=True, description="Connections open on this virtual host")
     def connection_count(self) -> int:
         return len(self._children["Connection"])
+
+    @derived(int, statistic=True, description="Queues of this virtual host")
+    def queue_count(self) -> int:
+        return len(self._children["Queue"])
+
+    @derived(int, statistic=True, description="Exchanges of this virtual host")
+    def exchange_count(self) -> int:
+        return len(self._children["Exchange"])
+
+    @derived(int, statistic=True, description="Messages ready in all queues")
+    def total_depth_of_queues_messages(self) -> int:
+        return sum(q.queue_depth_messages for q in self.queues)
+
+    @derived(int, statistic=True, description="Body bytes ready in all queues")
+    def total_depth_of_queues_bytes(self) -> int:
+        return sum(q.queue_depth_bytes for q in self.queues)
+
+    @derived(int, counter=True, description="Messages published into this virtual host")
+    def messages_in(self) -> int:
+        return int(getattr(self.namespace, "published_messages", 0))
+
+    @derived(int, counter=True, description="Body bytes published into this virtual host")
+    def bytes_in(self) -> int:
+        return int(getattr(self.namespace, "published_bytes", 0))
+
+    @derived(int, counter=True, description="Deliveries from the queues of this virtual host")
+    def messages_out(self) -> int:
+        return sum(q.messages_out for q in self.queues)
+
+    @derived(int, counter=True, description="Body bytes delivered from its queues")
+    def bytes_out(self) -> int:
+        return sum(q.bytes_out for q in self.queues)
 
     def validate(self) -> None:
         if self.max_connections < -1:
@@ -176,6 +210,110 @@ class VirtualHost(ConfiguredObject):
             self.journal.close()
             self.journal = None
         self.namespace = None
+
+    # -- management: exchanges and queues are declared in the namespace -----------------
+
+    def create_child(self, category: str, attributes: Mapping[str, Any]) -> ConfiguredObject:
+        """Exchanges and queues are declared in the namespace, which the model mirrors."""
+        wanted = registry.category(category).name
+        if wanted == "Exchange":
+            return self._declare(ModelExchange, attributes)
+        if wanted == "Queue":
+            return self._declare(ModelQueue, attributes)
+        return super().create_child(category, attributes)
+
+    def _declare(self, view: type[NamespaceObject], given: Mapping[str, Any]) -> ConfiguredObject:
+        from broker.messaging.records import from_json_value
+
+        namespace = self.namespace
+        if namespace is None:
+            raise ConfigurationError(f"{self.label} is not active")
+        label = f"new {view.category} in {self.label}"
+        name = given.get("name")
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(f"{label}: attribute 'name' is mandatory")
+        if name.startswith("amq."):
+            raise ConfigurationError(f"{label}: attribute 'name' must not start with the"
+                                     " reserved prefix 'amq.'")
+        if len(name.encode("utf-8")) > 255:
+            raise ConfigurationError(f"{label}: attribute 'name' is longer than 255 bytes")
+        unknown = sorted(set(given) - set(view.creation) - {"name", "id"})
+        if unknown:
+            raise ConfigurationError(f"{label}: unknown attribute"
+                                     f" {', '.join(repr(u) for u in unknown)};"
+                                     f" known: name, {', '.join(view.creation)}")
+        values: dict[str, Any] = {}
+        for key, decl in view.creation.items():
+            raw = given.get(key, decl.default)
+            if raw is None:
+                if decl.mandatory:
+                    raise ConfigurationError(f"{label}: attribute '{key}' is mandatory")
+                values[key] = None
+                continue
+            values[key] = convert(decl, raw, label)
+        if values.get("lifetimePolicy") is not None:
+            values["autoDelete"] = values["lifetimePolicy"] == DELETE_ON_NO_OUTBOUND_LINKS
+        arguments = from_json_value(values["arguments"] or {})
+        try:
+            if view is ModelExchange:
+                namespace.declare_exchange(name, values["type"], durable=values["durable"],
+                                           auto_delete=values["autoDelete"],
+                                           internal=values["internal"], arguments=arguments)
+            else:
+                self._check_queue_type(label, name, values.get("type"), arguments)
+                namespace.declare_queue(name, durable=values["durable"],
+                                        auto_delete=values["autoDelete"], arguments=arguments)
+        except BrokerError as exc:
+            if isinstance(exc, ConfigurationError):
+                raise
+            raise ConfigurationError(f"{label}: {exc.text}") from None
+        created = self.child(view.category, name)
+        if created is None:
+            raise InternalError(f"{label} '{name}' was declared but is not in the model")
+        return created
+
+    def _check_queue_type(self, label: str, name: str, wanted: str | None,
+                          arguments: dict[str, Any]) -> None:
+        from broker.messaging.arguments import queue_settings
+
+        kind = queue_settings(arguments, name, self.name).kind
+        if wanted is not None and wanted != kind:
+            raise ConfigurationError(
+                f"{label}: attribute 'type' is '{wanted}' but the arguments make a {kind} queue"
+                " (a priority queue needs x-max-priority, lvq x-last-value-key, sorted"
+                " qpid.queue_sort_key)")
+
+    @operation(description="Publish a message through an exchange (or straight to a queue"
+                           " named by 'address'); the number of queues it reached",
+               returns=int,
+               message=attribute(dict, mandatory=True,
+                                 description="address (exchange, or queue), routingKey, content,"
+                                             " contentTransferEncoding (base64), mimeType,"
+                                             " encoding, headers, messageId, correlationId,"
+                                             " replyTo, persistent, priority, expiration (ms),"
+                                             " appId, type"))
+    def publish_message(self, message: dict[str, Any]) -> int:
+        from broker.model.message_views import new_message
+
+        namespace = self.namespace
+        if namespace is None:
+            raise ConfigurationError(f"{self.label} is not active")
+        built = new_message(message, namespace.clock)
+        address = built.exchange
+        if address and address not in namespace.exchanges:
+            if address not in namespace.queues:
+                raise ConfigurationError(f"{self.label}: message: field 'address': no exchange"
+                                         f" or queue '{address}'")
+            built = built.with_properties(built.properties, exchange="", routing_key=address)
+        try:
+            queues = namespace.route(built.exchange, built)
+        except BrokerError as exc:
+            raise ConfigurationError(f"{self.label}: message: {exc.text}") from None
+        reached = 0
+        for queue in queues:
+            if queue.enqueue(built):
+                reached += 1
+        return reached
 
     @property
     def exchanges(self) -> list[ModelExchange]:

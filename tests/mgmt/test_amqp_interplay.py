@@ -1,0 +1,97 @@
+"""What REST creates is usable over AMQP at once, and what AMQP does shows in REST."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pika
+import pika.exceptions
+import pytest
+
+from tests.integration.support import BrokerEndpoint, pika_reply
+
+from .conftest import Api
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def unique(kind: str) -> str:
+    return f"mgmt.{kind}.{uuid.uuid4().hex[:12]}"
+
+
+def test_rest_exchange_queue_and_binding_carry_pika_messages(api: Api,
+                                                             amqp: BrokerEndpoint) -> None:
+    exchange, queue = unique("x"), unique("q")
+    api.ok(api.post("exchange/default/default", {"name": exchange, "type": "topic"}), 201)
+    api.ok(api.post("queue/default/default", {"name": queue}), 201)
+    api.ok(api.post(f"exchange/default/default/{exchange}/bind",
+                    {"destination": queue, "bindingKey": "orders.*"}))
+    with amqp.pika() as connection:
+        channel = connection.channel()
+        channel.exchange_declare(exchange, "topic", passive=True)
+        ok = channel.queue_declare(queue, passive=True)
+        assert ok.method.message_count == 0
+        channel.confirm_delivery()
+        channel.basic_publish(exchange, "orders.created", b"order 1")
+        channel.basic_publish(exchange, "payments.created", b"not for us")
+        method, _, body = channel.basic_get(queue, auto_ack=True)
+        assert body == b"order 1"
+        assert channel.basic_get(queue, auto_ack=True)[0] is None
+        # the REST queue's arguments are the real queue's: redeclaring differently is refused
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            channel.queue_declare(queue, durable=False)
+        assert pika_reply(refused.value)[0] == 406
+
+
+def test_queue_declared_by_pika_shows_depth_consumers_and_unacked(api: Api,
+                                                                  amqp: BrokerEndpoint) -> None:
+    queue = unique("pika")
+    with amqp.pika() as connection:
+        channel = connection.channel()
+        channel.queue_declare(queue, arguments={"x-max-length": 100})
+        channel.confirm_delivery()
+        for body in (b"aa", b"bbb", b"c"):
+            channel.basic_publish("", queue, body)
+        shown = api.ok(api.get(f"queue/default/default/{queue}"))
+        assert shown["durable"] is False and shown["arguments"] == {"x-max-length": 100}
+        stats = shown["statistics"]
+        assert stats["queueDepthMessages"] == 3 and stats["queueDepthBytes"] == 6
+        assert stats["messagesIn"] == 3 and stats["bytesIn"] == 6
+        channel.basic_qos(prefetch_count=1)
+        channel.basic_consume(queue, lambda *args: None)
+        connection.process_data_events(time_limit=0.5)
+        stats = api.ok(api.get(f"queue/default/default/{queue}"))["statistics"]
+        assert stats["consumerCount"] == 1
+        assert stats["unacknowledgedMessages"] == 1 and stats["queueDepthMessages"] == 2
+        assert stats["messagesOut"] == 1 and stats["bytesOut"] == 2
+
+
+def test_rest_delete_is_seen_by_clients(api: Api, amqp: BrokerEndpoint) -> None:
+    queue = unique("gone")
+    with amqp.pika() as connection:
+        channel = connection.channel()
+        channel.queue_declare(queue)
+        api.ok(api.delete(f"queue/default/default/{queue}"))
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+            channel.queue_declare(queue, passive=True)
+        assert pika_reply(closed.value)[0] == 404
+
+
+def test_rates_follow_what_clients_publish(api: Api, amqp: BrokerEndpoint) -> None:
+    queue = unique("rate")
+    api.ok(api.post("queue/default/default", {"name": queue}), 201)
+    before = api.ok(api.get(f"queue/default/default/{queue}"))["statistics"]
+    assert before["messagesInRate"] == 0.0
+    with amqp.pika() as connection:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for _ in range(20):
+            channel.basic_publish("", queue, b"x" * 10)
+    time.sleep(1.0)
+    after = api.ok(api.get(f"queue/default/default/{queue}"))["statistics"]
+    assert after["messagesIn"] == 20
+    assert 5 < after["messagesInRate"] <= 20 / 1.0 + 1
+    assert after["bytesInRate"] == pytest.approx(after["messagesInRate"] * 10, rel=0.01)
+    vhost = api.ok(api.get("virtualhost/default/default"))["statistics"]
+    assert vhost["messagesIn"] >= 20 and vhost["totalDepthOfQueuesMessages"] >= 20
