@@ -275,3 +275,27 @@ def test_stream_journal_needs_a_journal(spark: Any, tmp_path: Path) -> None:
 
     with pytest.raises(FileNotFoundError):
         stream_journal(spark, tmp_path, "nobody")
+
+
+def test_sessions_find_log_entries_by_name_not_by_listing_the_log(spark: Any, tmp_path: Path) -> None:
+    """The session's log store looks commits up version by version from the checkpoint.
+
+    A stray commit file far beyond the end of the log is something only a
+    listing of ``_delta_log`` can see; Delta's own local store would take it
+    for the latest version and fail on the gap.  Ours never meets it.
+    """
+    from lakehouse.spark import LOG_STORE_CLASS
+
+    assert spark.conf.get("spark.delta.logStore.file.impl") == LOG_STORE_CLASS
+    path = tmp_path / "journal"
+    table = write(path, [[message("q", i, T(i), b"m%d" % i)] for i in range(1, 6)])
+    maintenance = TableMaintenance(table, compact_min_files=2)
+    maintenance.compact()
+    maintenance.checkpoint()
+    table.append(pa.Table.from_pylist([message("q", 6, T(6), b"m6")], schema=JOURNAL_SCHEMA))
+    for version in range(maintenance.log_state().checkpoint_version):   # log clean-up's work
+        (path / "_delta_log" / f"{version:020d}.json").unlink()
+    (path / "_delta_log" / f"{table.version + 1000:020d}.json").write_text("not a commit\n")
+    ids = spark.read.format("delta").load(str(path)).select("message_id").collect()
+    assert sorted(r.message_id for r in ids) == [1, 2, 3, 4, 5, 6]
+    table.close()
