@@ -74,16 +74,35 @@ class UpkeepProcess:
     """The writer's handle on the upkeep process of its table."""
 
     def __init__(self, location: str | Path, history_hours: int, log_hours: int) -> None:
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "lakehouse.journal_upkeep", str(location), str(history_hours),
-             str(log_hours)],
-            stdin=subprocess.PIPE, bufsize=0)
+        self._command = [sys.executable, "-m", "lakehouse.journal_upkeep", str(location),
+                         str(history_hours), str(log_hours)]
+        #: how many times the process was started (more than once: it died and was replaced)
+        self.starts = 0
+        self._start()
+
+    def _start(self) -> None:
+        self._process = subprocess.Popen(self._command, stdin=subprocess.PIPE, bufsize=0)
         assert self._process.stdin is not None
         self._wake_fd = self._process.stdin.fileno()
         os.set_blocking(self._wake_fd, False)
+        self.starts += 1
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
 
     def checkpoint_due(self) -> None:
-        """Ask for a checkpoint (never blocks: a byte already waiting says the same)."""
+        """Ask for a checkpoint (never blocks: a byte already waiting says the same).
+
+        A process that died (killed, out of memory) is replaced first: without
+        it the table would get no checkpoints and no compaction.
+        """
+        if self._process.poll() is not None:
+            log.warning("journal upkeep process %d ended (exit %s); starting another",
+                        self._process.pid, self._process.returncode)
+            assert self._process.stdin is not None
+            self._process.stdin.close()
+            self._start()
         try:
             os.write(self._wake_fd, b"c")
         except (BlockingIOError, BrokenPipeError):

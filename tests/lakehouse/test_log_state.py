@@ -96,3 +96,33 @@ def test_delta_intervals_parse_to_milliseconds() -> None:
     assert parse_interval_ms("INTERVAL 30 minute") == 1_800_000
     with pytest.raises(ValueError):
         parse_interval_ms("1 hour")
+
+
+def test_the_upkeep_process_checkpoints_on_request_and_is_replaced_when_it_dies(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    from lakehouse.journal_upkeep import UpkeepProcess
+
+    table = table_with(tmp_path, 3)
+    upkeep = UpkeepProcess(table.path, 168, 1)
+    log_dir = table.path / "_delta_log"
+
+    def checkpointed(version: int, timeout: float = 60.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if (log_dir / f"{version:020d}.checkpoint.parquet").exists():
+                return True
+            upkeep.checkpoint_due()
+            time.sleep(0.2)
+        return False
+
+    try:
+        assert checkpointed(table.version)
+        os.kill(upkeep.pid, signal.SIGKILL)
+        time.sleep(0.5)
+        table.append(batch(100, 1))
+        assert checkpointed(table.version)               # by a new process
+        assert upkeep.starts == 2
+    finally:
+        upkeep.close()
