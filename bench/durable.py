@@ -215,6 +215,9 @@ class Options:
     producer_procs: int = 1
     drain_timeout: float = 60.0
     visibility_samples: int = 20
+    #: D3 queries run before the samples: a Spark session's first queries also pay for the
+    #: JVM compiling Spark's and Delta's code (a notebook's session is long past that)
+    visibility_warmup: int = 10
     visibility_timeout: float = 30.0
     recovery_messages: int = 1_000_000
     recovery_window: int = 5000
@@ -678,7 +681,8 @@ def run_visibility(broker: DeltaMQ, opt: Options, spark_holder: dict) -> dict:
                              ).collect()[0][0]
 
         t0 = perf_counter()
-        warm = [query(f"bench-d3-{run_id}-probe") for _ in range(3)]
+        warm = [query(f"bench-d3-{run_id}-probe") for _ in range(max(1, opt.visibility_warmup))]
+        res["warmup_queries"] = len(warm)
         res["warmup_s"] = round(perf_counter() - t0, 2)
         if not warm[-1]:
             lg("    note: the probe message's row is not visible in the journal table (yet)")
@@ -1199,7 +1203,8 @@ def notes(results: dict, wids: list[str]) -> list[str]:
                    f"{tbl.get('latest_version')} (last checkpoint {tbl.get('last_checkpoint')}), "
                    f"{w3.get('active_files', '?')} active data files ({tbl.get('parquet_files')} parquet "
                    f"files on disk); SparkSession "
-                   f"start {w3.get('spark_start_s')} s, not counted"
+                   f"start {w3.get('spark_start_s')} s and {w3.get('warmup_queries', 3)} warm-up "
+                   f"queries, not counted"
                    + (f"; runtime confs {w3['spark_conf']}" if w3.get("spark_conf") else "")
                    + (f"; {w3['timeouts']} samples timed out" if w3.get("timeouts") else ""))
     elif w3 and w3.get("available") is False:
@@ -1274,6 +1279,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--recovery-messages", type=int, default=None,
                     help="D4 messages (default 1,000,000; --quick 100,000)")
     ap.add_argument("--visibility-samples", type=int, default=None, help="D3 samples (default 20)")
+    ap.add_argument("--visibility-warmup", type=int, default=None,
+                    help="D3 queries before the samples, not counted (default 10)")
     ap.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                     help="D3: a runtime Spark SQL conf for the polling session, e.g. "
                          "spark.databricks.delta.snapshotPartitions=2 (repeatable; default none)")
@@ -1314,7 +1321,8 @@ def options(a: argparse.Namespace) -> Options:
         o.drain_timeout, o.recovery_stall, o.lat_warmup = 30.0, 10.0, 1.0
     for k, attr in (("duration", "duration"), ("warmup", "warmup"), ("inflight", "inflight"),
                     ("prefetch", "prefetch"), ("recovery_messages", "recovery_messages"),
-                    ("visibility_samples", "visibility_samples"), ("latency_duration", "lat_duration"),
+                    ("visibility_samples", "visibility_samples"),
+                    ("visibility_warmup", "visibility_warmup"), ("latency_duration", "lat_duration"),
                     ("latency_warmup", "lat_warmup"), ("latency_fraction", "latency_fraction")):
         v = getattr(a, k)
         if v is not None:
