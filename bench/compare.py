@@ -24,10 +24,8 @@ import sys
 from pathlib import Path
 
 from . import procutil
-from .deltamq import DeltaMQ
-from .rabbitmq import RabbitMQ
-from .suite import (add_broker_arguments, attempt, broker_failed, broker_line, cell, failures,
-                    interrupt_on_sigterm, log, machine_line, meta, new_deltamq, new_rabbitmq,
+from .suite import (add_broker_arguments, attempt, run_each_broker, broker_line, cell, failures,
+                    interrupt_on_sigterm, log, machine_line, meta,
                     run_suite, write_report)
 from .workloads import TITLES, Options, build, client_uses_uvloop, run, run_memory
 
@@ -371,26 +369,8 @@ def main_throughput(argv=None) -> int:
     }
 
     def body() -> None:
-        for name in names:
-            broker: DeltaMQ | RabbitMQ
-            if name == "deltamq":
-                broker = new_deltamq(a)
-                ok, why = broker.available()
-                if not ok:
-                    log(f"[deltamq] not runnable, skipped: {why}")
-                    results["brokers"][name] = {"error": f"not runnable: {why}", "workloads": {}}
-                    continue
-            else:
-                broker = new_rabbitmq(a)
-            out: dict = {"workloads": {}}
-            results["brokers"][name] = out
-            try:
-                run_broker(broker, a.workload_ids, opt, max(1, a.repeat), out)
-            except KeyboardInterrupt:
-                raise
-            except Exception as e:  # noqa: BLE001
-                log(f"[{name}] FAILED to start/run: {e}")
-                broker_failed(out, e)
+        run_each_broker(names, a, results, lambda name, broker, out: run_broker(
+            broker, a.workload_ids, opt, max(1, a.repeat), out))
     return run_suite(results, "brokers", body, lambda: report(results, a.workload_ids, Path(a.out)))
 
 

@@ -42,6 +42,7 @@ class DeltaMQ(procutil.ManagedBroker):
         self.cmd: list[str] = []
         self.version = ""
         self.nice = 0               # niceness increment for the broker process (<0: root)
+        self.http_port = 0          # the management (HTTP) port given to serve, if any
 
     def _prefix(self) -> tuple[list[str], dict[str, str]]:
         """The command that runs ``deltamq``, and its environment.
@@ -84,7 +85,9 @@ class DeltaMQ(procutil.ManagedBroker):
         h = getattr(self, "_help", "")
         for opt in ("--http-port", "--management-port", "--mgmt-port"):
             if opt in h:
-                return [opt, str(procutil.free_port(None, self.host))]
+                self.http_port = procutil.free_port(None, self.host)
+                return [opt, str(self.http_port)]
+        self.http_port = 0
         return []
 
     def start(self, timeout: float = 90.0) -> None:

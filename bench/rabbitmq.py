@@ -5,8 +5,11 @@ The node is nobody's system service: it runs as the current user, listens on
 keeps its Mnesia database, logs, config, enabled-plugins file and Erlang cookie
 (``HOME``) in a fresh temporary directory, has a unique node name, its own
 distribution port and its own epmd (``ERL_EPMD_PORT``, loopback only), and has
-no plugins (so no management plugin).  ``guest``/``guest`` works because the
-default ``loopback_users`` only lets guest in from loopback, which we are.
+no plugins -- unless made with ``management=True``: then the
+``rabbitmq_management`` plugin (HTTP API and UI) is enabled in its
+enabled-plugins file and listens on 127.0.0.1 on a free port (``http_port``,
+15672 if free).  ``guest``/``guest`` works because the default
+``loopback_users`` only lets guest in from loopback, which we are.
 
 If the package is missing it is installed with ``apt-get install -y
 rabbitmq-server`` (through ``sudo`` unless we are root).  Usable on its own::
@@ -76,7 +79,7 @@ class RabbitMQ(procutil.ManagedBroker):
     name = "rabbitmq"
 
     def __init__(self, port: int = 5680, host: str = "127.0.0.1", log=print,
-                 keep_dir: bool = False):
+                 keep_dir: bool = False, management: bool = False):
         self.host = host
         self.want_port = port
         self.port = port
@@ -91,6 +94,8 @@ class RabbitMQ(procutil.ManagedBroker):
         self._beam: int | None = None
         self.version = ""
         self.nice = 0               # niceness increment for the broker process (<0: root)
+        self.management = management    # enable rabbitmq_management (HTTP API on http_port)
+        self.http_port = 0
 
     # ------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -126,7 +131,8 @@ class RabbitMQ(procutil.ManagedBroker):
         with open(os.path.join(d, "rabbitmq-env.conf"), "w") as f:
             f.write("# private benchmark node: everything comes from the environment\n")
         with open(os.path.join(d, "enabled_plugins"), "w") as f:
-            f.write("[].\n")                          # no management plugin
+            # no plugins, or only the management plugin (and what it depends on)
+            f.write("[rabbitmq_management].\n" if self.management else "[].\n")
         with open(os.path.join(d, "advanced.config"), "w") as f:
             f.write("[].\n")
         with open(os.path.join(d, "rabbitmq.conf"), "w") as f:
@@ -137,6 +143,9 @@ class RabbitMQ(procutil.ManagedBroker):
                 "log.file.level = warning\n"
                 "log.console = false\n"
             )
+            if self.management:
+                f.write(f"management.tcp.port = {self.http_port}\n"
+                        f"management.tcp.ip = {self.host}\n")
 
     # ------------------------------------------------------------------
     def start(self, timeout: float = 120.0) -> None:
@@ -146,12 +155,19 @@ class RabbitMQ(procutil.ManagedBroker):
         self.port = procutil.free_port(self.want_port, self.host)
         self.dist_port = procutil.free_port(self.port + 20000 if self.port + 20000 < 65536 else None)
         self.epmd_port = procutil.free_port(14369)
+        self.http_port = procutil.free_port(15672, self.host) if self.management else 0
         self._write_config()
         self.log(f"[rabbitmq] starting private node {self.nodename} {self.version} on "
                  f"{self.host}:{self.port} (dist {self.dist_port}, epmd {self.epmd_port}, dir {self.dir})")
         t0 = self._launch("RabbitMQ", [RMQ_SERVER], log_path=os.path.join(self.dir, "stdout.log"),
                           cwd=self.dir, env=self.env(), timeout=timeout)
-        self.log(f"[rabbitmq] up in {time.monotonic() - t0:.1f}s, beam.smp pid {self.pid}")
+        if self.management and not procutil.wait_port(self.http_port, 60, self.alive, self.host):
+            tail = self._tail()
+            self.stop()
+            raise RuntimeError(f"RabbitMQ's management plugin did not open "
+                               f"{self.host}:{self.http_port}:\n{tail}")
+        self.log(f"[rabbitmq] up in {time.monotonic() - t0:.1f}s, beam.smp pid {self.pid}"
+                 + (f", management API on {self.host}:{self.http_port}" if self.management else ""))
 
     def _tail(self, n: int = 30) -> str:
         if not self.dir:
@@ -205,7 +221,8 @@ class RabbitMQ(procutil.ManagedBroker):
         self.ctl("eval", "[erlang:garbage_collect(P) || P <- erlang:processes()], ok.", timeout=120)
 
     def describe(self) -> str:
-        return f"RabbitMQ {self.version} (private node {self.nodename}, classic queues)"
+        return (f"RabbitMQ {self.version} (private node {self.nodename}, classic queues"
+                + (", rabbitmq_management plugin)" if self.management else ")"))
 
     def stop(self) -> None:
         if self.proc is not None:

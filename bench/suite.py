@@ -63,6 +63,38 @@ def new_rabbitmq(a: argparse.Namespace) -> RabbitMQ:
     return b
 
 
+def run_each_broker(names: list[str], a: argparse.Namespace, results: dict,
+                    run: Callable[[str, DeltaMQ | RabbitMQ, dict], None], *,
+                    rabbitmq_management: bool = False) -> None:
+    """Run ``run(name, broker, out)`` for each broker named, one after the other.
+
+    ``out`` is the broker's entry in ``results["brokers"]``.  A DeltaMQ that
+    cannot run here, or a broker that fails to start or run, is recorded
+    there and the suite goes on with the next one.
+    """
+    for name in names:
+        broker: DeltaMQ | RabbitMQ
+        if name == "deltamq":
+            broker = new_deltamq(a)
+            ok, why = broker.available()
+            if not ok:
+                log(f"[deltamq] not runnable, skipped: {why}")
+                results["brokers"][name] = {"error": f"not runnable: {why}", "workloads": {}}
+                continue
+        else:
+            broker = new_rabbitmq(a)
+            broker.management = rabbitmq_management
+        out: dict = {"workloads": {}}
+        results["brokers"][name] = out
+        try:
+            run(name, broker, out)
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:  # noqa: BLE001 - record and go on with the next broker
+            log(f"[{name}] FAILED to start/run: {e}")
+            broker_failed(out, e)
+
+
 # --------------------------------------------------------------------------
 # failures
 

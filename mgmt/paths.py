@@ -62,6 +62,8 @@ class ApiPath:
     names: tuple[str, ...]
     #: the last segment when the path is one longer than the category's depth
     operation: str | None = None
+    #: the positions in ``names`` that were a bare ``*`` (``%2A`` is a name: a literal star)
+    wildcards: frozenset[int] = frozenset()
 
     @property
     def full(self) -> bool:
@@ -70,7 +72,7 @@ class ApiPath:
 
     @property
     def wildcard(self) -> bool:
-        return WILDCARD in self.names
+        return bool(self.wildcards)
 
     @property
     def names_parent(self) -> bool:
@@ -78,8 +80,24 @@ class ApiPath:
         return len(self.names) == self.target.depth - 1
 
 
+#: (the tree it was worked out from, category_paths())
+_known: tuple[tuple[tuple[str, tuple[str, ...]], ...], dict[str, CategoryPath]] | None = None
+
+
 def category_paths() -> dict[str, CategoryPath]:
-    """Every category management shows, by URL name (SystemConfig stays hidden)."""
+    """Every category management shows, by URL name (SystemConfig stays hidden).
+
+    Worked out again only when the registry's tree has changed since the
+    last call (every request asks).
+    """
+    global _known
+    tree = tuple(registry.TREE.items())
+    if _known is None or _known[0] != tree:
+        _known = (tree, _walk_tree())
+    return dict(_known[1])
+
+
+def _walk_tree() -> dict[str, CategoryPath]:
     found: dict[str, CategoryPath] = {}
 
     def walk(category: str, chain: tuple[str, ...]) -> None:
@@ -96,10 +114,13 @@ def parse(raw_path: str) -> ApiPath:
     segments = raw_path.split("?", 1)[0].split("/")
     while segments and segments[-1] == "":
         segments.pop()
-    segments = [unquote(segment) for segment in segments[1:]]   # [0] is before the first "/"
+    raw = segments[1:]                                          # [0] is before the first "/"
+    segments = [unquote(segment) for segment in raw]
     if len(segments) < 3 or segments[0] != "api":
         raise PathNotFound("expected /api/<version>/<category>/...")
     version, category_name, names = segments[1], segments[2].lower(), tuple(segments[3:])
+    # only a star as sent is a wildcard: a queue may be called "*" (sent as %2A)
+    wildcards = frozenset(i for i, segment in enumerate(raw[3:]) if segment == WILDCARD)
     if version not in API_VERSIONS:
         raise PathNotFound(f"unknown API version '{version}'; known: {', '.join(API_VERSIONS)}")
     target = category_paths().get(category_name)
@@ -110,18 +131,28 @@ def parse(raw_path: str) -> ApiPath:
         raise PathNotFound(f"too many names for category '{target.url_name}': it is"
                            f" {target.url_name}/{'/'.join('<' + c.lower() + '>' for c in target.chain)}")
     if len(names) == target.depth + 1:
-        return ApiPath(version, target, names[:-1], operation=names[-1])
-    return ApiPath(version, target, names)
+        if target.depth in wildcards:
+            raise PathNotFound("an operation's name cannot be a wildcard")
+        return ApiPath(version, target, names[:-1], operation=names[-1], wildcards=wildcards)
+    return ApiPath(version, target, names, wildcards=wildcards)
 
 
-def select(broker: ConfiguredObject, chain: Iterable[str],
-           names: tuple[str, ...]) -> list[ConfiguredObject]:
-    """The objects below ``broker`` along ``chain`` whose names match (missing names: all)."""
+def select(broker: ConfiguredObject, chain: Iterable[str], names: tuple[str, ...],
+           wildcards: frozenset[int] = frozenset()) -> list[ConfiguredObject]:
+    """The objects below ``broker`` along ``chain`` whose names match.
+
+    A missing name, or one at a position in ``wildcards``, matches every object.
+    """
     found = [broker]
     for level, category in enumerate(chain):
         wanted = names[level] if level < len(names) else WILDCARD
-        found = [child for parent in found for child in parent.children(category)
-                 if wanted == WILDCARD or child.name == wanted]
+        if level >= len(names) or level in wildcards:
+            found = [child for parent in found for child in parent.children(category)]
+        else:
+            # children are kept by name: look the one up rather than scan them all
+            found = [child for parent in found
+                     if (child := parent.child(category, wanted)) is not None
+                     and child.name == wanted]
     return found
 
 

@@ -14,15 +14,21 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 RATE_SUFFIX = "Rate"
 
 
-@dataclass(slots=True)
 class _Readings:
-    samples: deque[tuple[float, dict[str, int]]] = field(default_factory=deque)
-    last_read: float = 0.0
+    __slots__ = ("samples", "last_read")
+
+    def __init__(self, now: float) -> None:
+        #: (time, counter names, their values) oldest first
+        self.samples: deque[tuple[float, tuple[str, ...], tuple[int, ...]]] = deque()
+        self.last_read = now
+
+
+def rate_name(counter: str) -> str:
+    return counter + RATE_SUFFIX
 
 
 class RateBook:
@@ -34,29 +40,43 @@ class RateBook:
 
     def rates(self, key: str, now: float, counters: Mapping[str, int]) -> dict[str, float]:
         """``{<counter>Rate: per second}`` for object ``key``, whose counters read ``counters`` now."""
+        names = tuple(counters)
+        found = self.rates_of(key, now, names, tuple(counters.values()))
+        if found is None:
+            return {rate_name(name): 0.0 for name in names}
+        return {rate_name(name): rate for name, rate in zip(names, found)}
+
+    def rates_of(self, key: str, now: float, names: tuple[str, ...],
+                 values: tuple[int, ...]) -> list[float] | None:
+        """The rates per second of counters ``names`` of object ``key``, which read ``values``
+        now, in that order, or None when they are all 0 -- what :meth:`rates` gives,
+        without a dict in and out: a list of 10,000 queues, most of them idle, asks
+        for the same few counters of each."""
         readings = self._readings.get(key)
         if readings is None:
-            readings = self._readings[key] = _Readings()
+            readings = self._readings[key] = _Readings(now)
         readings.last_read = now
         samples = readings.samples
-        while len(samples) > 1 and now - samples[1][0] >= self.interval:
+        interval = self.interval
+        while len(samples) > 1 and now - samples[1][0] >= interval:
             samples.popleft()                       # keep one reading at least `interval` old
-        rates: dict[str, float] = {}
+        found: list[float] | None = None
         if samples and now > samples[0][0]:
-            then, before = samples[0]
-            elapsed = now - then
-            for name, value in counters.items():
-                rates[name + RATE_SUFFIX] = round(max(value - before.get(name, 0), 0) / elapsed, 3)
-        else:
-            rates = {name + RATE_SUFFIX: 0.0 for name in counters}
-        if not samples or now - samples[-1][0] >= self.interval:
-            samples.append((now, dict(counters)))
-        self._sweep(now)
-        return rates
+            then, before_names, before = samples[0]
+            if before_names != names:
+                earlier = dict(zip(before_names, before))
+                before = tuple(earlier.get(name, 0) for name in names)
+            if before != values:
+                elapsed = now - then
+                found = [round((value - old) / elapsed, 3) if value > old else 0.0
+                         for value, old in zip(values, before)]
+        if not samples or now - samples[-1][0] >= interval:
+            samples.append((now, names, values))
+        if now - self._last_sweep >= self.horizon:
+            self._sweep(now)
+        return found
 
     def _sweep(self, now: float) -> None:
-        if now - self._last_sweep < self.horizon:
-            return
         self._last_sweep = now
         for key in [k for k, r in self._readings.items() if now - r.last_read > self.horizon]:
             del self._readings[key]

@@ -96,12 +96,30 @@ class RestApi:
             obj = self._one(path, principal, Action.READ)
             return Reply(200, self.representer.represent(obj, options, visible))
         found = [obj for obj in self._select(path, query) if visible(obj)]
-        return Reply(200, [self.representer.represent(obj, options, visible) for obj in found])
+        return Reply(200, self.representer.represent_all(found, options, visible))
 
     def _visible(self, principal: Principal) -> Any:
-        def visible(obj: ConfiguredObject) -> bool:
-            return self.permissions.allowed(principal, Action.READ, obj, obj.category)
-        return visible
+        permissions = self.permissions
+        if type(permissions) is not VirtualHostScopedPermissions:
+            def visible(obj: ConfiguredObject) -> bool:
+                return permissions.allowed(principal, Action.READ, obj, obj.category)
+            return visible
+
+        # The built-in policy decides for an object inside a virtual host by
+        # that virtual host alone: ask once per virtual host, not once for
+        # each of its 10,000 queues (for this request only).
+        decided: dict[int, bool] = {}
+
+        def visible_in_vhost(obj: ConfiguredObject) -> bool:
+            vhost = obj.ancestor("VirtualHost")
+            if vhost is None:
+                return permissions.allowed(principal, Action.READ, obj, obj.category)
+            allowed = decided.get(id(vhost))
+            if allowed is None:
+                allowed = decided[id(vhost)] = permissions.allowed(principal, Action.READ, obj,
+                                                                   obj.category)
+            return allowed
+        return visible_in_vhost
 
     @staticmethod
     def _single(path: paths.ApiPath, query: Query) -> bool:
@@ -109,7 +127,9 @@ class RestApi:
         return path.full and not path.wildcard and not filters
 
     def _select(self, path: paths.ApiPath, query: Query) -> list[ConfiguredObject]:
-        found = paths.select(self.broker, path.target.chain, path.names)
+        found = paths.select(self.broker, path.target.chain, path.names, path.wildcards)
+        if not set(query) - OPTION_NAMES:
+            return found
         return [obj for obj in found if matches_filters(obj, query)]
 
     def _one(self, path: paths.ApiPath, principal: Principal, action: Action) -> ConfiguredObject:
@@ -119,7 +139,7 @@ class RestApi:
                            f"the path must name one {path.target.url_name}:"
                            f" {path.target.url_name}/"
                            f"{'/'.join('<' + c.lower() + '>' for c in path.target.chain)}")
-        found = paths.select(self.broker, path.target.chain, path.names)
+        found = paths.select(self.broker, path.target.chain, path.names, path.wildcards)
         if not found:
             raise ApiError(NOT_FOUND, f"{path.target.category} '{'/'.join(path.names)}'"
                                       " not found")
@@ -145,7 +165,7 @@ class RestApi:
         data = parse_object(body)
         target = path.target
         if path.full and not path.wildcard:
-            existing = paths.select(self.broker, target.chain, path.names)
+            existing = paths.select(self.broker, target.chain, path.names, path.wildcards)
             if existing:
                 return await self.update(existing[0], data, principal)
             if target.depth == 0:
@@ -219,6 +239,9 @@ class RestApi:
         if not (path.full or "id" in query):
             raise ApiError(UNPROCESSABLE, f"DELETE needs the full path of a"
                                           f" {path.target.category}, or ?id=<id>")
+        if path.wildcard:
+            raise ApiError(UNPROCESSABLE, "DELETE takes one object: a path without wildcards"
+                                          " (a name that is a star is sent as %2A)")
         found = self._select(path, query)
         if not found:
             raise ApiError(NOT_FOUND, f"{path.target.category} '{'/'.join(path.names)}'"

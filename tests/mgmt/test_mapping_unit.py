@@ -84,9 +84,14 @@ def test_parse_refuses(raw: str) -> None:
 def test_select_and_url_round_trip(broker: Any) -> None:
     namespace = broker.find_virtual_host("node").namespace
     namespace.declare_queue("a/b")
-    (queue,) = paths.select(broker, paths.category_paths()["queue"].chain, ("node", "*", "a/b"))
+    chain = paths.category_paths()["queue"].chain
+    (queue,) = paths.select(broker, chain, ("node", "*", "a/b"), frozenset({1}))
     assert paths.url_of(queue) == "/api/latest/queue/node/node/a%2Fb"
     assert paths.parse(paths.url_of(queue)).names == ("node", "node", "a/b")
+    # a star is a wildcard only where the path says so: sent as %2A it is a name
+    assert paths.select(broker, chain, ("node", "*", "a/b")) == []
+    assert paths.parse("/api/latest/queue/node/*/a%2Fb").wildcards == frozenset({1})
+    assert paths.parse("/api/latest/queue/node/node/%2A").wildcards == frozenset()
 
 
 # -- generated, not hand-written --------------------------------------------------------------

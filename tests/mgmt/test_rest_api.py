@@ -186,6 +186,24 @@ def test_names_with_slashes_are_percent_encoded(api: Api) -> None:
     assert api.client.get(f"/api/latest/{VHOST}/{encoded}").json()["name"] == queue
 
 
+def test_a_star_sent_as_2A_is_a_name_and_delete_takes_no_wildcard(api: Api) -> None:
+    other = unique("bystander")
+    assert api.client.put(f"/api/latest/{VHOST}/{other}", json={}).status_code == 201
+    assert api.client.put(f"/api/latest/{VHOST}/%2A", json={}).status_code == 201
+    try:
+        star = api.client.get(f"/api/latest/{VHOST}/%2A")
+        assert star.status_code == 200 and star.json()["name"] == "*"        # one object, not a list
+        refused = api.client.delete(f"/api/latest/{VHOST}/*")
+        assert refused.status_code == 422, refused.text
+        assert "wildcard" in refused.json()["errorMessage"]
+        assert api.client.delete(f"/api/latest/{VHOST}/%2A").status_code == 200
+        names = {q["name"] for q in api.ok(api.get(VHOST))}
+        assert "*" not in names and other in names                         # only the star went
+    finally:
+        api.client.delete(f"/api/latest/{VHOST}/%2A")
+        api.client.delete(f"/api/latest/{VHOST}/{other}")
+
+
 # -- errors --------------------------------------------------------------------------------
 
 def error(response: httpx.Response, status: int) -> str:
