@@ -117,6 +117,7 @@ class AppendOnlyTable:
 
     def __init__(self, path: Location, schema: pa.Schema, *, name: str = "",
                  checkpoint_interval: int = CHECKPOINT_INTERVAL, stats_column: str | None = None,
+                 time_stats_column: str | None = None,
                  properties: dict[str, str] | None = None,
                  storage_options: dict[str, str] | None = None) -> None:
         if isinstance(path, Path) and _MANGLED_URI.match(str(path)):
@@ -134,6 +135,8 @@ class AppendOnlyTable:
         self.checkpoint_interval = checkpoint_interval
         #: a column whose min/max go into each file's stats (Spark skips files with them)
         self.stats_column = stats_column
+        #: a timestamp column whose min/max (to the millisecond, widened) go into the stats too
+        self.time_stats_column = time_stats_column
         #: called instead of checkpointing inline when a checkpoint is due (a maintenance thread)
         self.on_checkpoint_due: Callable[[], None] | None = None
         #: extra table properties set when the table is created
@@ -253,6 +256,13 @@ class AppendOnlyTable:
             bounds = pc.min_max(rows.column(self.stats_column))
             stats["minValues"] = {self.stats_column: bounds["min"].as_py()}
             stats["maxValues"] = {self.stats_column: bounds["max"].as_py()}
+        if self.time_stats_column is not None and rows.num_rows:
+            low, high = _millisecond_bounds(rows.column(self.time_stats_column))
+            stats.setdefault("minValues", {})[self.time_stats_column] = low
+            stats.setdefault("maxValues", {})[self.time_stats_column] = high
+        if "minValues" in stats:
+            # Delta Spark skips a file by min/max only when the null count is there too
+            stats["nullCount"] = {name: rows.column(name).null_count for name in stats["minValues"]}
         return {"path": name, "partitionValues": {}, "size": (self.path / name).stat().st_size,
                 "modificationTime": now_ms, "dataChange": data_change,
                 "stats": json.dumps(stats, separators=(",", ":"))}
@@ -329,6 +339,24 @@ class AppendOnlyTable:
     def close(self) -> None:
         self._version = -1
         self._handle = None
+
+
+def _millisecond_bounds(column: pa.ChunkedArray) -> tuple[str, str]:
+    """A UTC microsecond timestamp column's min and max as Delta stats: ISO text in milliseconds.
+
+    Delta keeps timestamp statistics to the millisecond; the minimum is
+    rounded down and the maximum up, so a reader skipping files by them
+    never skips one holding a matching row.
+    """
+    micros = pc.min_max(column.cast(pa.int64()))
+    low, high = micros["min"].as_py(), micros["max"].as_py()
+    low_ms, high_ms = low // 1000, -(-high // 1000)
+
+    def text(ms: int) -> str:
+        seconds, rest = divmod(ms, 1000)
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{rest:03d}Z"
+
+    return text(low_ms), text(high_ms)
 
 
 def fsync_path(path: Path) -> None:

@@ -209,6 +209,7 @@ def journal_table(location: str, log_retention_hours: int) -> AppendOnlyTable:
     """The journal's table at ``location`` (created with these properties if new)."""
     retention = f"interval {log_retention_hours} hours"
     return AppendOnlyTable(location, JOURNAL_SCHEMA, name="journal", stats_column="message_id",
+                           time_stats_column="at",
                            properties={"delta.logRetentionDuration": retention,
                                        "delta.deletedFileRetentionDuration": retention})
 

@@ -29,7 +29,7 @@ from broker import __version__
 from broker.model.configured_object import ConfiguredObject
 from broker.model.message_views import Content
 from broker.security.principal import Principal
-from mgmt import console, metrics, openapi
+from mgmt import apidocs, console, metrics, openapi
 from mgmt.errors import BAD_REQUEST, INTERNAL, UNAUTHORIZED, ApiError
 from mgmt.rest import Reply, RestApi, parse_object
 from mgmt.security import REALM, SESSION_COOKIE, Action, Authenticator, NotAuthenticated, \
@@ -152,7 +152,8 @@ def create_app(port: ConfiguredObject, permissions: Permissions | None = None) -
             description="Broker-J's REST API over DeltaMQ's model tree: /api/latest/<category>/"
                         "<name1>/<name2>/...; operations as POST .../<operationName>.",
             components=openapi.security_components(),
-            security=[{openapi.SECURITY_SCHEME: []}]),
+            security=[{openapi.SECURITY_SCHEME: []}],
+            render_plugins=apidocs.plugins()),
         request_max_body_size=16 * 1024 * 1024,
         logging_config=None,           # the broker configures logging, not the plugin
         debug=False)

@@ -299,3 +299,29 @@ def test_sessions_find_log_entries_by_name_not_by_listing_the_log(spark: Any, tm
     ids = spark.read.format("delta").load(str(path)).select("message_id").collect()
     assert sorted(r.message_id for r in ids) == [1, 2, 3, 4, 5, 6]
     table.close()
+
+
+def test_files_carry_time_bounds_so_spark_skips_old_files_by_time(spark: Any, tmp_path: Path) -> None:
+    from lakehouse.journal_writer import journal_table
+
+    path = tmp_path / "timed" / "journal"
+    table = journal_table(str(path), 1)
+    table.open()
+    old = datetime(2025, 1, 1, 0, 0, 0, 123456, tzinfo=timezone.utc)
+    new = datetime(2025, 6, 1, 0, 0, 0, 999999, tzinfo=timezone.utc)
+    for i, at in enumerate((old, new), start=1):
+        table.append(pa.Table.from_pylist([message("q", i, at, b"m%d" % i)], schema=JOURNAL_SCHEMA))
+    adds = [json.loads(line)["add"] for version in (1, 2)
+            for line in (path / "_delta_log" / f"{version:020d}.json").read_text().splitlines()
+            if "add" in line]
+    stats = [json.loads(add["stats"]) for add in adds]
+    # to the millisecond, widened: the minimum rounded down, the maximum up
+    assert stats[0]["minValues"]["at"] == "2025-01-01T00:00:00.123Z"
+    assert stats[0]["maxValues"]["at"] == "2025-01-01T00:00:00.124Z"
+    assert stats[1]["maxValues"]["at"] == "2025-06-01T00:00:01.000Z"
+    exact = spark.read.format("delta").load(str(path)).where(f"at = TIMESTAMP '{old.isoformat()}'")
+    assert [r.message_id for r in exact.select("message_id").collect()] == [1]   # not skipped wrongly
+    (path / adds[0]["path"]).unlink()              # only a scan that skips it by time still works
+    recent = spark.read.format("delta").load(str(path)).where(f"at >= TIMESTAMP '{new.isoformat()}'")
+    assert [r.message_id for r in recent.select("message_id").collect()] == [2]
+    table.close()

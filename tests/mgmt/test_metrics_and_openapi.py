@@ -67,4 +67,8 @@ def test_openapi_describes_generated_paths_operations_and_schemas(api: Api) -> N
     port = schemas["Port"]["properties"]
     assert "HTTP" in port["protocols"]["items"]["enum"]
     assert spec["components"]["securitySchemes"]["basic"]["scheme"] == "basic"
-    assert api.client.get("/apidocs").status_code == 200
+    page = api.client.get("/apidocs")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    # rendered on the server from the same document, with nothing loaded from elsewhere
+    assert "/api/latest/queue/{virtualhostnode}/{virtualhost}/{queue}/moveMessages" in page.text
+    assert "http://" not in page.text and "https://" not in page.text and "<script" not in page.text
