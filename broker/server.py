@@ -173,16 +173,31 @@ def resident_memory() -> int:
         return 0
 
 
-async def _run_timers(namespace: Any) -> None:
-    """Drive a namespace's TTL and expiry deadlines (the messaging core has no timers)."""
+async def _drive_virtual_hosts(broker: Any) -> None:
+    """Drive every virtual host's TTL and expiry deadlines (the messaging core has no timers).
+
+    Virtual hosts are looked up on every round, so one created later (over
+    management) is driven too, and its journal, if it has one, is given the
+    event loop the moment it appears.
+    """
+    loop = asyncio.get_running_loop()
     while True:
         now = time.monotonic()
-        deadline = namespace.next_deadline()
-        if deadline is not None and deadline <= now:
-            namespace.run_due(now)
-            continue
-        delay = TIMER_RESOLUTION if deadline is None else min(max(deadline - now, 0.001), TIMER_RESOLUTION)
-        await anyio.sleep(delay)
+        soonest = now + TIMER_RESOLUTION
+        for vhost in broker.virtual_hosts:
+            journal = getattr(vhost, "journal", None)
+            if journal is not None:
+                journal.attach_loop(loop)               # once per journal: later calls do nothing
+            namespace = getattr(vhost, "namespace", None)
+            if namespace is None:
+                continue
+            deadline = namespace.next_deadline()
+            if deadline is not None and deadline <= now:
+                namespace.run_due(now)
+                deadline = namespace.next_deadline()
+            if deadline is not None:
+                soonest = min(soonest, deadline)
+        await anyio.sleep(min(max(soonest - time.monotonic(), 0.001), TIMER_RESOLUTION))
 
 
 async def _watch_memory(alarm: MemoryAlarm) -> None:
@@ -254,8 +269,7 @@ async def _main(system: Any) -> None:
         for vhost in broker.virtual_hosts:
             if getattr(vhost, "journal", None) is not None:
                 vhost.journal.attach_loop(asyncio.get_running_loop())
-            if getattr(vhost, "namespace", None) is not None:
-                tg.start_soon(_run_timers, vhost.namespace)
+        tg.start_soon(_drive_virtual_hosts, broker)
         tg.start_soon(_watch_memory, alarm)
         log.info("DeltaMQ %s ready", __version__)
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

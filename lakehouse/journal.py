@@ -151,7 +151,12 @@ class DeltaMessageJournal:
             self._next_tx_id = (top_tx or 0) + 1
 
     def attach_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start the writer process: groups are handed off on ``loop``, which also runs the waiters."""
+        """Start the writer process: groups are handed off on ``loop``, which also runs the waiters.
+
+        Called again with the same loop, it does nothing.
+        """
+        if self._loop is loop:
+            return
         self._loop = loop
         self._start_writer()
         if self._group:

@@ -349,6 +349,7 @@ class ConfiguredObject:
             self._set_state(State.ERRORED)
             raise
         self._set_state(State.ACTIVE)
+        self._open_children()                   # those on_open recovered (a node's virtual host)
         self.parent._notify_child(self, added=True)
 
     def open(self) -> None:
@@ -370,6 +371,10 @@ class ConfiguredObject:
             self._set_state(State.ERRORED)
             return
         self._set_state(State.ACTIVE)
+        self._open_children()
+
+    def _open_children(self) -> None:
+        """Open the children still UNINITIALIZED (recovered, not yet opened)."""
         for child in self.all_children():
             if child._state is State.UNINITIALIZED:
                 child.open()

@@ -95,3 +95,33 @@ def test_rates_follow_what_clients_publish(api: Api, amqp: BrokerEndpoint) -> No
     assert after["bytesInRate"] == pytest.approx(after["messagesInRate"] * 10, rel=0.01)
     vhost = api.ok(api.get("virtualhost/default/default"))["statistics"]
     assert vhost["messagesIn"] >= 20 and vhost["totalDepthOfQueuesMessages"] >= 20
+
+
+def test_a_node_created_over_rest_serves_its_virtual_host_with_journal_and_ttl(
+        api: Api, amqp: BrokerEndpoint) -> None:
+    node, queue = unique("node").replace(".", "-"), unique("q")
+    api.ok(api.put(f"virtualhostnode/{node}", {"type": "delta"}), 201)
+    try:
+        vhost = api.ok(api.get(f"virtualhost/{node}/{node}"))      # made from its blueprint
+        assert vhost["state"] == "ACTIVE" and vhost["name"] == node
+        with amqp.pika(virtual_host=node) as connection:
+            channel = connection.channel()
+            channel.confirm_delivery()
+            channel.queue_declare(queue, durable=True)
+            # confirmed only once the journal commit is durable: its writer must be running
+            # (per-message TTL expires messages at the head, as in RabbitMQ: the short-lived first)
+            channel.basic_publish("", queue, b"gone", pika.BasicProperties(delivery_mode=2,
+                                                                           expiration="200"))
+            channel.basic_publish("", queue, b"kept", pika.BasicProperties(delivery_mode=2),
+                                  mandatory=True)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:           # the virtual host's timers run too
+                depth = channel.queue_declare(queue, passive=True).method.message_count
+                if depth == 1:
+                    break
+                time.sleep(0.1)
+            assert depth == 1
+            method, _, body = channel.basic_get(queue, auto_ack=True)
+            assert body == b"kept"
+    finally:
+        api.delete(f"virtualhostnode/{node}")
