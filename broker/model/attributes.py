@@ -254,6 +254,24 @@ _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 
 
+def convert_all(decls: Mapping[str, Attribute[Any]], given: Mapping[str, Any], owner: str, *,
+                noun: str = "attribute") -> dict[str, Any]:
+    """``given``'s values (each declaration's default where missing) converted, keyed like ``decls``.
+
+    A missing mandatory one raises ConfigurationError naming it as a ``noun``.
+    """
+    values: dict[str, Any] = {}
+    for key, decl in decls.items():
+        raw = given.get(key, decl.default)
+        if raw is None:
+            if decl.mandatory:
+                raise ConfigurationError(f"{owner}: {noun} '{key}' is mandatory")
+            values[key] = None
+            continue
+        values[key] = convert(decl, raw, owner)
+    return values
+
+
 def convert(decl: Attribute[Any], value: Any, owner: str) -> Any:
     """Convert ``value`` (JSON or an expanded string) to ``decl``'s type.
 

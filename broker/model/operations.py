@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar, overload
 
 from broker.errors import ConfigurationError
-from broker.model.attributes import Attribute, camel_case, convert
+from broker.model.attributes import Attribute, camel_case, convert_all
 
 R = TypeVar("R")
 
@@ -67,20 +67,12 @@ class Operation(Generic[R]):
             known = ", ".join(self.parameters) or "none"
             raise ConfigurationError(f"{owner}: unknown parameter"
                                      f" {', '.join(repr(n) for n in unknown)}; known: {known}")
-        kwargs: dict[str, Any] = {}
-        for name, decl in self.parameters.items():
-            value = arguments.get(name, decl.default)
-            if value is None:
-                if decl.mandatory:
-                    raise ConfigurationError(f"{owner}: parameter '{name}' is mandatory")
-                kwargs[decl.python_name] = None
-                continue
-            try:
-                kwargs[decl.python_name] = convert(decl, value, owner)
-            except ConfigurationError as exc:
-                raise ConfigurationError(str(exc.text).replace("attribute '", "parameter '", 1)
-                                         ) from None
-        return self.method(obj, **kwargs)
+        try:
+            values = convert_all(self.parameters, arguments, owner, noun="parameter")
+        except ConfigurationError as exc:
+            raise ConfigurationError(str(exc.text).replace("attribute '", "parameter '", 1)) from None
+        return self.method(obj, **{decl.python_name: values[name]
+                                   for name, decl in self.parameters.items()})
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready metadata (the REST layer's operation description)."""

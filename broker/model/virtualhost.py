@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from broker.errors import BrokerError, ConfigurationError, InternalError, NotAllowed
 from broker.model import registry
-from broker.model.attributes import attribute, convert, derived
+from broker.model.attributes import attribute, convert_all, derived
 from broker.model.config_store import ConfigurationRecord, DurableConfigurationStore
 from broker.model.configured_object import ConfiguredObject
 from broker.model.messaging_objects import DELETE_ON_NO_OUTBOUND_LINKS
@@ -248,15 +248,7 @@ class VirtualHost(ConfiguredObject):
             raise ConfigurationError(f"{label}: unknown attribute"
                                      f" {', '.join(repr(u) for u in unknown)};"
                                      f" known: name, {', '.join(view.creation)}")
-        values: dict[str, Any] = {}
-        for key, decl in view.creation.items():
-            raw = given.get(key, decl.default)
-            if raw is None:
-                if decl.mandatory:
-                    raise ConfigurationError(f"{label}: attribute '{key}' is mandatory")
-                values[key] = None
-                continue
-            values[key] = convert(decl, raw, label)
+        values = convert_all(view.creation, given, label)
         if values.get("lifetimePolicy") is not None:
             values["autoDelete"] = values["lifetimePolicy"] == DELETE_ON_NO_OUTBOUND_LINKS
         arguments = from_json_value(values["arguments"] or {})
