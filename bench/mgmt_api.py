@@ -162,7 +162,7 @@ def deltamq_api(client: HttpClient, amqp_vhost: str) -> Api:
                 return Api(queues=f"/api/latest/queue/{base}",
                            queue_prefix=f"/api/latest/queue/{base}/",
                            vhost=f"/api/latest/virtualhost/{base}",
-                           connections=f"/api/latest/connection/{base}")
+                           connections=f"/api/latest/virtualhost/{base}/getConnections")
     raise RuntimeError(f"DeltaMQ: no virtual host '{wanted}' in /api/latest/virtualhostnode")
 
 

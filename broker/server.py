@@ -1,13 +1,16 @@
 """Start the broker: load the model, open listeners, run until told to stop.
 
 This is the composition root.  It owns the one event loop on which every
-model and queue operation happens, binds each AMQP Port of the model to a
-TCP listener, starts the management plugin of each port that carries HTTP
-(entry point group ``deltamq.management``, by port type, e.g. ``mgmt`` for
-``HTTP``: Broker-J's HttpManagement), drives each virtual host's timers
-(message TTL, queue expiry) and the memory alarm behind connection.blocked,
-and on SIGINT/SIGTERM stops management, then closes every connection with
-320 CONNECTION_FORCED before exiting.
+model and queue operation happens and gives the Broker its port activation
+(:class:`broker.listeners.Listeners`): every AMQP Port of the model listens
+with the TCP transport, every port that carries HTTP runs the management
+plugin of its type (entry point group ``deltamq.management``, e.g.
+``mgmt.plugin:HttpManagement`` for ``HTTP``: Broker-J's HttpManagement) --
+at start-up, and from then on the moment a port is created over
+management; a deleted port stops listening.  It also drives each virtual
+host's timers (message TTL, queue expiry) and the memory alarm behind
+connection.blocked, and on SIGINT/SIGTERM stops management, then closes
+every connection with 320 CONNECTION_FORCED before exiting.
 """
 
 from __future__ import annotations
@@ -19,15 +22,17 @@ import os
 import signal
 import sys
 import time
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import anyio
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup
 
 from broker import __version__, errors
+from broker.listeners import Listeners, ManagementPlugin
 from broker.protocol.amqp0_9_1.connection import AmqpConnection
 from broker.protocol.detect import AmqpVersion
-from broker.transport.tcp import AmqpProtocol, ConnectionRegistry, close_all
+from broker.transport.tcp import AmqpProtocol, ConnectionRegistry
 
 log = logging.getLogger("deltamq")
 
@@ -45,32 +50,13 @@ GC_YOUNG_THRESHOLD = 50_000
 TIMER_RESOLUTION = 0.05
 
 
-class ManagementPlugin(Protocol):
-    """What the ``deltamq.management`` entry point's class builds for one port.
-
-    ``plugin = Plugin(port)``; the server runs ``await task_group.start(plugin.serve)``
-    (``serve`` reports started once it listens, raising OSError when it
-    cannot) and, at shutdown, ``await plugin.stop()``, which returns once
-    ``serve`` has finished.
-    """
-
-    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None: ...
-
-    async def stop(self) -> None: ...
-
-
-def _management_plugins(broker: Any) -> list[ManagementPlugin]:
-    """One plugin per port that carries HTTP, chosen by the port's type."""
+def _management_plugin(port: Any) -> ManagementPlugin:
+    """The management plugin of a port that carries HTTP, chosen by the port's type."""
     from broker.model import registry
 
-    plugins: list[ManagementPlugin] = []
-    for port in broker.ports():
-        if not any(protocol.name == "HTTP" for protocol in port.protocols):
-            continue
-        factory = registry.load_plugin(registry.MANAGEMENT_GROUP, port.type,
-                                       what="management plugin")
-        plugins.append(factory(port))
-    return plugins
+    factory = registry.load_plugin(registry.MANAGEMENT_GROUP, port.type, what="management plugin")
+    plugin: ManagementPlugin = factory(port)
+    return plugin
 
 
 class BrokerHost:
@@ -115,17 +101,19 @@ class BrokerHost:
         return vhost.namespace
 
     def connection_opened(self, connection: AmqpConnection) -> None:
-        """Make the connection a runtime child of its virtual host (visible to management)."""
+        """Make the connection a runtime child of its port, associated with the virtual
+        host it opened (visible to management)."""
         vhost = self.broker.find_virtual_host(connection.virtual_host_name)
         if vhost is None:
             return
         props = connection.client_properties
         principal = connection.principal
         connection.model = vhost.register_connection(
+            self.port,
             remote_address=f"{connection.remote_host}:{connection.remote_port}",
             protocol=f"AMQP_{connection.version.value.replace('-', '_')}",
             principal=principal.name if principal is not None else "",
-            port=self.port.name, transport="TCP",
+            transport="TCP",
             client_id=_text(props.get("connection_name", "")),
             client_product=_text(props.get("product", "")),
             client_version=_text(props.get("version", "")),
@@ -149,10 +137,12 @@ def _text(value: Any) -> str:
 class MemoryAlarm:
     """RabbitMQ's memory high watermark: above it, publishers are blocked."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int,
+                 registries: Callable[[], Iterable[ConnectionRegistry]] = lambda: ()) -> None:
         self.limit = limit
         self.blocked = False
-        self.registries: list[ConnectionRegistry] = []
+        #: the connections of every AMQP port, as they are now
+        self.registries = registries
 
     def check(self) -> None:
         used = resident_memory()
@@ -161,7 +151,7 @@ class MemoryAlarm:
             self.blocked = blocked
             log.warning("memory alarm %s: %d bytes in use, limit %d",
                         "set" if blocked else "cleared", used, self.limit)
-            for registry in self.registries:
+            for registry in self.registries():
                 registry.set_blocked(blocked)
 
 
@@ -206,26 +196,25 @@ async def _watch_memory(alarm: MemoryAlarm) -> None:
         await anyio.sleep(MEMORY_CHECK_INTERVAL)
 
 
-async def _serve_port(servers: list[asyncio.AbstractServer], broker: Any, port: Any,
-                      alarm: MemoryAlarm) -> ConnectionRegistry:
-    host = BrokerHost(broker, port, alarm)
-    supported = frozenset(IMPLEMENTED[p.name] for p in port.protocols if p.name in IMPLEMENTED)
-    registry = ConnectionRegistry(max_connections=int(port.max_open_connections))
-    alarm.registries.append(registry)
+def _amqp_protocols(broker: Any, alarm: MemoryAlarm
+                    ) -> Callable[[Any, ConnectionRegistry], Callable[[], AmqpProtocol]]:
+    """What makes the protocol of each connection an AMQP port accepts."""
 
-    def engine_factory(version: AmqpVersion, remote_host: str, remote_port: int) -> AmqpConnection:
-        return AmqpConnection(host, version, remote_host=remote_host, remote_port=remote_port,
-                              port_name=port.name)
+    def for_port(port: Any, registry: ConnectionRegistry) -> Callable[[], AmqpProtocol]:
+        host = BrokerHost(broker, port, alarm)
 
-    local_host = port.local_host
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(
-        lambda: AmqpProtocol(engine_factory, supported, registry),
-        host=local_host, port=int(port.port), backlog=4096, reuse_address=True)
-    servers.append(server)
-    log.info("AMQP port '%s' listening on %s:%s (%s)", port.name, local_host or "*", port.port,
-             ", ".join(sorted(v.value for v in supported)))
-    return registry
+        def engine_factory(version: AmqpVersion, remote_host: str,
+                           remote_port: int) -> AmqpConnection:
+            return AmqpConnection(host, version, remote_host=remote_host,
+                                  remote_port=remote_port, port_name=port.name)
+
+        def protocol() -> AmqpProtocol:
+            # the port's protocols as they are now: a change applies to the next connection
+            supported = frozenset(IMPLEMENTED[p.name] for p in port.protocols
+                                  if p.name in IMPLEMENTED)
+            return AmqpProtocol(engine_factory, supported, registry)
+        return protocol
+    return for_port
 
 
 def _raise_descriptor_limit() -> None:
@@ -258,32 +247,36 @@ async def _main(system: Any) -> None:
     _tune_garbage_collector()
     broker = system.broker
     alarm = MemoryAlarm(int(broker.memory_high_watermark))
-    registries: list[ConnectionRegistry] = []
-    servers: list[asyncio.AbstractServer] = []
-    managements = _management_plugins(broker)
+    failure: errors.BrokerError | None = None
     async with anyio.create_task_group() as tg:
-        for port in broker.ports("AMQP"):
-            registries.append(await _serve_port(servers, broker, port, alarm))
-        for management in managements:
-            await tg.start(management.serve)
-        for vhost in broker.virtual_hosts:
-            if getattr(vhost, "journal", None) is not None:
-                vhost.journal.attach_loop(asyncio.get_running_loop())
-        tg.start_soon(_drive_virtual_hosts, broker)
-        tg.start_soon(_watch_memory, alarm)
-        log.info("DeltaMQ %s ready", __version__)
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for signum in signals:
-                log.info("received %s: shutting down", signal.Signals(signum).name)
-                break
-        with anyio.move_on_after(MANAGEMENT_STOP_TIMEOUT):
-            for management in managements:
-                await management.stop()
-        for server in servers:
-            server.close()
-        for registry in registries:
-            await close_all(registry, "broker forced connection closure with reason 'shutdown'")
+        listeners = Listeners(tg, _amqp_protocols(broker, alarm), _management_plugin)
+        alarm.registries = listeners.registries
+        try:
+            broker.start_listening(listeners)
+        except errors.BrokerError as exc:       # a port cannot listen (its number in use)
+            failure = exc
+        else:
+            await listeners.wait_started()
+            await _run(broker, alarm, tg)
+        await listeners.shutdown(MANAGEMENT_STOP_TIMEOUT)
+        broker.stop_listening()
         tg.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+
+
+async def _run(broker: Any, alarm: MemoryAlarm, tg: TaskGroup) -> None:
+    """Drive timers and the memory alarm until SIGINT or SIGTERM."""
+    for vhost in broker.virtual_hosts:
+        if getattr(vhost, "journal", None) is not None:
+            vhost.journal.attach_loop(asyncio.get_running_loop())
+    tg.start_soon(_drive_virtual_hosts, broker)
+    tg.start_soon(_watch_memory, alarm)
+    log.info("DeltaMQ %s ready", __version__)
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("received %s: shutting down", signal.Signals(signum).name)
+            break
 
 
 def _backend_options() -> dict[str, Any]:
@@ -312,7 +305,7 @@ def serve(config_path: str | None, context: dict[str, str], log_level: str = "IN
         return 1
     except errors.BrokerError as exc:           # e.g. a port whose management plugin is missing
         log.error("cannot start: %s", exc.text or exc)
-        return 2
+        return 1 if isinstance(exc.__cause__, OSError) else 2      # 1: a port in use
     finally:
         close = getattr(system, "close", None)
         if close is not None:

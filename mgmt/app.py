@@ -4,8 +4,11 @@ Routes:
 
 - ``/api/latest/...`` and ``/api/v1/...``: the REST API (:mod:`mgmt.rest`);
 - ``POST /service/login`` (HTTP Basic, or a JSON/form body with
-  ``username`` and ``password``) sets the session cookie; ``/service/logout``
-  ends the session;
+  ``username`` and ``password``) sets the session cookie and answers the
+  session's CSRF token, which every state-changing request authenticated by
+  the cookie must send back in ``X-DeltaMQ-CSRF`` (:mod:`mgmt.security`);
+  ``GET /service/session`` says who is logged in (and the token again);
+  ``/service/logout`` ends the session;
 - ``GET /metrics``: Prometheus text (:mod:`mgmt.metrics`);
 - ``/apidocs``: the OpenAPI description (:mod:`mgmt.openapi`), with
   ``/apidocs/openapi.json``;
@@ -30,10 +33,11 @@ from broker.model.configured_object import ConfiguredObject
 from broker.model.message_views import Content
 from broker.security.principal import Principal
 from mgmt import apidocs, console, metrics, openapi
-from mgmt.errors import BAD_REQUEST, INTERNAL, UNAUTHORIZED, ApiError
+from mgmt.errors import BAD_REQUEST, FORBIDDEN, INTERNAL, UNAUTHORIZED, ApiError
 from mgmt.rest import Reply, RestApi, parse_object
-from mgmt.security import REALM, SESSION_COOKIE, Action, Authenticator, NotAuthenticated, \
-    Permissions, Sessions, VirtualHostScopedPermissions
+from mgmt.security import CSRF_HEADER, REALM, SESSION_COOKIE, Action, Authenticated, \
+    Authenticator, CsrfRefused, NotAuthenticated, Permissions, Sessions, \
+    VirtualHostScopedPermissions, check_csrf, check_site
 
 log = logging.getLogger("deltamq.mgmt")
 
@@ -54,8 +58,12 @@ class Management:
         self.api = RestApi(broker, self.permissions)
 
     async def principal(self, request: Request[Any, Any, Any]) -> Principal:
+        """Who asks; 401 without valid credentials, 403 for a request that may be forged."""
+        return (await self.identify(request)).principal
+
+    async def identify(self, request: Request[Any, Any, Any]) -> Authenticated:
         try:
-            return await self.authenticator.authenticate(
+            found = await self.authenticator.identify(
                 request.headers.get("authorization"), request.cookies.get(SESSION_COOKIE),
                 request.client.host if request.client else None)
         except NotAuthenticated as exc:
@@ -64,6 +72,13 @@ class Management:
             scripted = request.headers.get("x-requested-with", "").lower() == "xmlhttprequest"
             raise ApiError(UNAUTHORIZED, str(exc), {} if scripted else
                            {"WWW-Authenticate": f'Basic realm="{REALM}"'}) from None
+        try:
+            check_csrf(request.method, found, request.headers.get(CSRF_HEADER),
+                       request.headers.get("sec-fetch-site"))
+        except CsrfRefused as exc:
+            # the header says why to the console, which then fetches the token again
+            raise ApiError(FORBIDDEN, str(exc), {CSRF_HEADER: "required"}) from None
+        return found
 
 
 def _query(request: Request[Any, Any, Any]) -> dict[str, list[str]]:
@@ -117,11 +132,29 @@ def create_app(port: ConfiguredObject, permissions: Permissions | None = None) -
     @post("/service/login", status_code=200, summary="Log in: sets the session cookie",
           tags=["Session"])
     async def login(request: Request[Any, Any, Any]) -> Response[Any]:
+        try:
+            check_site(request.method, request.headers.get("sec-fetch-site"))
+        except CsrfRefused as exc:
+            raise ApiError(FORBIDDEN, str(exc)) from None
         principal = await _login_principal(management, request)
         token = management.sessions.open(principal)
-        response = Response(content={"user": principal.name}, media_type=MediaType.JSON)
+        session = management.sessions.session(token)
+        response = Response(content={"user": principal.name,
+                                     "csrfToken": session.csrf_token if session else None},
+                            media_type=MediaType.JSON)
         response.set_cookie(SESSION_COOKIE, token, httponly=True, samesite="strict", path="/")
         return response
+
+    @get("/service/session", summary="Who is logged in, and the session's CSRF token",
+         description=f"csrfToken is null unless the session cookie authenticated the request;"
+                     f" requests that change something send it back in {CSRF_HEADER}.",
+         tags=["Session"])
+    async def current_session(request: Request[Any, Any, Any]) -> Response[Any]:
+        found = await management.identify(request)
+        session = found.session
+        return Response(content={"user": found.principal.name,
+                                 "csrfToken": session.csrf_token if session else None},
+                        media_type=MediaType.JSON, headers={"Cache-Control": "no-store"})
 
     @route("/service/logout", http_method=[HttpMethod.GET, HttpMethod.POST], status_code=200,
            summary="Log out: ends the session", tags=["Session"])
@@ -145,14 +178,15 @@ def create_app(port: ConfiguredObject, permissions: Permissions | None = None) -
                         media_type=metrics.CONTENT_TYPE)
 
     app = Litestar(
-        route_handlers=[rest_api, login, logout, prometheus, *console.route_handlers()],
+        route_handlers=[rest_api, login, current_session, logout, prometheus,
+                        *console.route_handlers()],
         exception_handlers={Exception: _error_response},
         openapi_config=OpenAPIConfig(
             title="DeltaMQ management", version=__version__, path=DOCS_PATH,
             description="Broker-J's REST API over DeltaMQ's model tree: /api/latest/<category>/"
                         "<name1>/<name2>/...; operations as POST .../<operationName>.",
             components=openapi.security_components(),
-            security=[{openapi.SECURITY_SCHEME: []}],
+            security=openapi.SECURITY,
             render_plugins=apidocs.plugins()),
         request_max_body_size=16 * 1024 * 1024,
         logging_config=None,           # the broker configures logging, not the plugin
@@ -174,7 +208,7 @@ def _describe_api(app: Litestar) -> None:
 
 async def _login_principal(management: Management, request: Request[Any, Any, Any]) -> Principal:
     if request.headers.get("authorization"):
-        return await management.principal(request)
+        return await management.principal(request)          # Basic: the cookie is not asked
     body = await request.body()
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("application/x-www-form-urlencoded"):

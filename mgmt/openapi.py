@@ -11,6 +11,7 @@ attribute or operation added to the model appears here by itself.
 from __future__ import annotations
 
 import enum
+import typing
 from typing import Any
 
 from litestar.openapi.spec import Components, OpenAPIMediaType, OpenAPIResponse, OpenAPIType, \
@@ -22,9 +23,15 @@ from broker.model.attributes import Attribute, DerivedAttribute, declared_attrib
 from broker.model.operations import Operation as ModelOperation
 from broker.model.operations import declared_operations
 from mgmt.paths import CategoryPath, category_paths
+from mgmt.security import CSRF_HEADER, SESSION_COOKIE
 
 JSON = "application/json"
 SECURITY_SCHEME = "basic"
+SESSION_SCHEME = "session"
+CSRF_SCHEME = "csrf"
+#: HTTP Basic, or the console's session cookie with its CSRF token
+SECURITY: list[dict[str, list[str]]] = [{SECURITY_SCHEME: []},
+                                        {SESSION_SCHEME: [], CSRF_SCHEME: []}]
 
 _TYPES: dict[type, OpenAPIType] = {
     bool: OpenAPIType.BOOLEAN, int: OpenAPIType.INTEGER, float: OpenAPIType.NUMBER,
@@ -196,7 +203,7 @@ def _operation_item(target: CategoryPath, op: ModelOperation[Any],
     body = Schema(type=OpenAPIType.OBJECT,
                   properties={name: attribute_schema(decl) for name, decl in op.parameters.items()},
                   required=[name for name, decl in op.parameters.items() if decl.mandatory] or None)
-    result = _scalar(op.returns) if op.returns is not type(None) else Schema(type=OpenAPIType.NULL)
+    result = _result_schema(op)
     invoked = Operation(tags=[target.category], summary=op.description,
                         operation_id=f"{op.name}{target.category}", parameters=params,
                         request_body=RequestBody(content={JSON: OpenAPIMediaType(schema=body)}),
@@ -211,6 +218,23 @@ def _operation_item(target: CategoryPath, op: ModelOperation[Any],
                      operation_id=f"{op.name}{target.category}Get", parameters=params + query,
                      responses=invoked.responses)
     return PathItem(post=invoked, get=read)
+
+
+def _result_schema(op: ModelOperation[Any]) -> Schema:
+    """What an operation answers: objects of a category (as a GET shows them) when its
+    method says it returns them, ``list[Connection]``, else its declared type."""
+    if op.returns is type(None):
+        return Schema(type=OpenAPIType.NULL)
+    try:
+        hint = typing.get_type_hints(op.method).get("return")
+    except Exception:                 # a hint that cannot be resolved: use the declared type
+        hint = None
+    item = typing.get_args(hint)[0] if typing.get_origin(hint) is list else None
+    category = getattr(item, "category", None)
+    if isinstance(category, str) and category in registry.TREE:
+        return Schema(type=OpenAPIType.ARRAY,
+                      items=Reference(ref=f"#/components/schemas/{category}"))
+    return _scalar(op.returns)
 
 
 def api_description() -> tuple[dict[str, PathItem], dict[str, Schema], list[Tag]]:
@@ -228,6 +252,17 @@ def api_description() -> tuple[dict[str, PathItem], dict[str, Schema], list[Tag]
 
 
 def security_components() -> Components:
-    return Components(security_schemes={SECURITY_SCHEME: SecurityScheme(
-        type="http", scheme="basic",
-        description="A user of the HTTP port's authentication provider")})
+    return Components(security_schemes={
+        SECURITY_SCHEME: SecurityScheme(
+            type="http", scheme="basic",
+            description="A user of the HTTP port's authentication provider; needs no CSRF"
+                        " token"),
+        SESSION_SCHEME: SecurityScheme(
+            type="apiKey", name=SESSION_COOKIE, security_scheme_in="cookie",
+            description="The session cookie POST /service/login sets (the web console)"),
+        CSRF_SCHEME: SecurityScheme(
+            type="apiKey", name=CSRF_HEADER, security_scheme_in="header",
+            description="The session's CSRF token (from POST /service/login or GET"
+                        " /service/session): required with the session cookie on every"
+                        " PUT, POST and DELETE, else 403"),
+    })

@@ -3,7 +3,9 @@
 ``/api/latest/<category>/<name1>/<name2>/...``: the category in lower case,
 then the names of the object's ancestors below the Broker, then its own --
 ``queue/<virtualhostnode>/<virtualhost>/<queue>``, ``port/<port>``,
-``user/<authenticationprovider>/<user>``, ``broker`` for the broker itself.
+``connection/<port>/<connection>`` (a connection is a child of its port, as in
+Broker-J 7), ``user/<authenticationprovider>/<user>``, ``broker`` for the
+broker itself.
 Fewer names list everything under the ones given; ``*`` matches any name;
 one name more than the category's depth names an operation.  Names are
 percent-decoded segment by segment, so ``a%2Fb`` is one name holding a

@@ -16,6 +16,9 @@ As Broker-J:
   (201 + ``Location``); to the parent's path, creates the object the body
   names; ``POST .../<operation>`` runs an operation with a JSON body.
 - ``DELETE`` a full path, or the objects ``?id=`` selects.
+- An operation that returns objects of the model (a virtual host's
+  ``getConnections``) answers them as a GET lists them, leaving out those
+  the user may not read.
 
 An answer to a change is given once whatever the change journaled is
 durable (the journal group of its virtual host is committed), as AMQP's
@@ -275,6 +278,13 @@ class RestApi:
             await wait_durable([obj])
         if isinstance(result, Content):
             return Reply(200, result)
+        if isinstance(result, ConfiguredObject):
+            return Reply(200, self.representer.represent(result, ViewOptions()))
+        if isinstance(result, list) and result \
+                and all(isinstance(each, ConfiguredObject) for each in result):
+            visible = self._visible(principal)
+            return Reply(200, self.representer.represent_all(
+                [each for each in result if visible(each)], ViewOptions(), visible))
         return Reply(200, to_json_value(result))
 
 

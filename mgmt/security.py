@@ -5,14 +5,27 @@ Management users are the users of the HTTP port's authentication provider
 AMQP.  A request authenticates with HTTP Basic, or with the session cookie
 ``POST /service/login`` hands out (for the web console); a provider that
 allows anonymous logins lets requests without credentials in as
-``anonymous``.
+``anonymous``.  Credentials sent with HTTP Basic are used when present (the
+cookie is then ignored).
+
+A session has a CSRF token besides its cookie: login gives it, and so does
+``GET /service/session``.  A request that changes something (any method but
+GET and HEAD) and is authenticated by the cookie must carry the token in
+header ``X-DeltaMQ-CSRF``, else it is refused with 403 -- a page elsewhere can
+make a browser send the cookie, not read the token.  Requests with HTTP
+Basic credentials (curl, scripts) need no token.  A browser's state-changing
+request that says it comes from another site (``Sec-Fetch-Site: cross-site``
+or ``same-site``) is refused whatever its credentials: a browser may replay
+Basic credentials it has cached.
 
 What an authenticated user may do is asked of a :class:`Permissions`
 object (Broker-J's AccessControl ``authorise``), the hook the ACL issue will
 fill.  Until then :class:`VirtualHostScopedPermissions` applies: every
 authenticated user may manage, except that a user limited to some virtual
 hosts (its ``virtualHosts`` attribute) manages only inside those and may
-only read the rest of the broker.
+only read the rest of the broker.  An object's virtual host is its ancestor,
+or, for a connection and its sessions (children of a port), the virtual
+host the connection opened.
 """
 
 from __future__ import annotations
@@ -31,9 +44,16 @@ import anyio
 from broker.errors import AuthenticationFailed
 from broker.model.authentication import AuthenticationProvider
 from broker.model.configured_object import ConfiguredObject
+from broker.model.runtime import virtual_host_of
 from broker.security.principal import Principal
 
 SESSION_COOKIE = "DELTAMQ_SESSION"
+#: the request header carrying a cookie session's CSRF token
+CSRF_HEADER = "X-DeltaMQ-CSRF"
+#: methods that change nothing, and so need no CSRF token
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: what browsers send in ``Sec-Fetch-Site`` for a request made by a page of another origin
+FOREIGN_SITES = frozenset({"cross-site", "same-site"})
 #: Broker-J's default HTTP session timeout
 SESSION_IDLE_TIMEOUT = 600.0
 REALM = "DeltaMQ"
@@ -53,6 +73,10 @@ class NotAuthenticated(Exception):
     """No valid credentials (HTTP 401)."""
 
 
+class CsrfRefused(Exception):
+    """A state-changing request a browser may have been tricked into sending (HTTP 403)."""
+
+
 class Permissions(Protocol):
     """The permission check management asks before acting (to be filled by ACL rules)."""
 
@@ -69,7 +93,7 @@ class VirtualHostScopedPermissions:
     def allowed(self, principal: Principal, action: Action, target: ConfiguredObject,
                 category: str) -> bool:
         provider = _provider_of(target, principal)
-        vhost = target.ancestor("VirtualHost")
+        vhost = virtual_host_of(target)
         if vhost is not None:
             return provider is None or provider.may_access(principal, str(vhost.name))
         if action is Action.READ:
@@ -93,9 +117,21 @@ def _limited(provider: AuthenticationProvider | None, principal: Principal) -> b
 
 
 @dataclass(slots=True)
-class _Session:
+class Session:
+    """One console login: who, when last used, and the token its requests must echo."""
+
     principal: Principal
     last_used: float
+    csrf_token: str
+
+
+@dataclass(frozen=True, slots=True)
+class Authenticated:
+    """Who a request is from, and the session when its cookie said so."""
+
+    principal: Principal
+    #: set when the session cookie authenticated the request (None: Basic or anonymous)
+    session: Session | None = None
 
 
 class Sessions:
@@ -105,22 +141,27 @@ class Sessions:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.idle_timeout = idle_timeout
         self.clock = clock
-        self._sessions: dict[str, _Session] = {}
+        self._sessions: dict[str, Session] = {}
 
     def open(self, principal: Principal) -> str:
         self._expire()
         token = secrets.token_urlsafe(32)
-        self._sessions[token] = _Session(principal, self.clock())
+        self._sessions[token] = Session(principal, self.clock(), secrets.token_urlsafe(32))
         return token
 
-    def principal(self, token: str) -> Principal | None:
+    def session(self, token: str) -> Session | None:
+        """The live session of cookie ``token`` (its idle time restarts), else None."""
         session = self._sessions.get(token)
         now = self.clock()
         if session is None or now - session.last_used > self.idle_timeout:
             self._sessions.pop(token, None)
             return None
         session.last_used = now
-        return session.principal
+        return session
+
+    def principal(self, token: str) -> Principal | None:
+        session = self.session(token)
+        return session.principal if session is not None else None
 
     def close(self, token: str) -> None:
         self._sessions.pop(token, None)
@@ -165,19 +206,24 @@ class Authenticator:
 
     async def authenticate(self, authorization: str | None, session_token: str | None,
                            remote_host: str | None) -> Principal:
-        if session_token:
-            principal = self.sessions.principal(session_token)
-            if principal is not None:
-                return principal
+        return (await self.identify(authorization, session_token, remote_host)).principal
+
+    async def identify(self, authorization: str | None, session_token: str | None,
+                       remote_host: str | None) -> Authenticated:
+        """Basic credentials when given, else the session cookie, else anonymous if allowed."""
+        if not authorization and session_token:
+            session = self.sessions.session(session_token)
+            if session is not None:
+                return Authenticated(session.principal, session)
         provider = self.provider
         if provider is None:
             raise NotAuthenticated("the HTTP port has no authentication provider")
         if not authorization:
             if provider.allows_anonymous:
-                return provider.authenticate_anonymous(remote_host)
+                return Authenticated(provider.authenticate_anonymous(remote_host))
             raise NotAuthenticated("authentication required")
         user, password = basic_credentials(authorization)
-        return await self.check_password(provider, user, password, remote_host)
+        return Authenticated(await self.check_password(provider, user, password, remote_host))
 
     async def check_password(self, provider: AuthenticationProvider, user: str, password: str,
                              remote_host: str | None) -> Principal:
@@ -189,3 +235,36 @@ class Authenticator:
             return await anyio.to_thread.run_sync(verify)
         except AuthenticationFailed as exc:
             raise NotAuthenticated(exc.text) from None
+
+
+def check_csrf(method: str, authenticated: Authenticated, token: str | None,
+               fetch_site: str | None = None) -> None:
+    """Refuse (:class:`CsrfRefused`) a state-changing request that may be forged.
+
+    ``token`` is the request's :data:`CSRF_HEADER`, ``fetch_site`` its
+    ``Sec-Fetch-Site`` header.
+    """
+    method = method.upper()
+    if method in SAFE_METHODS:
+        return
+    check_site(method, fetch_site)
+    session = authenticated.session
+    if session is None:
+        return
+    if not token:
+        raise CsrfRefused(f"a {method} authenticated by the session cookie {SESSION_COOKIE}"
+                          f" must carry the session's CSRF token in header {CSRF_HEADER}"
+                          " (POST /service/login and GET /service/session give it),"
+                          " or use HTTP Basic credentials instead")
+    if not secrets.compare_digest(token.encode("utf-8", "replace"),
+                                  session.csrf_token.encode("ascii")):
+        raise CsrfRefused(f"header {CSRF_HEADER} does not hold this session's CSRF token"
+                          " (GET /service/session gives the current one)")
+
+
+def check_site(method: str, fetch_site: str | None) -> None:
+    """Refuse a state-changing request a browser says a page of another site made."""
+    if method.upper() not in SAFE_METHODS and fetch_site is not None \
+            and fetch_site.lower() in FOREIGN_SITES:
+        raise CsrfRefused(f"a {method.upper()} made by a page of another site is refused"
+                          f" (Sec-Fetch-Site: {fetch_site})")

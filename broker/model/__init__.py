@@ -5,9 +5,13 @@ The tree::
     SystemConfig
     └── Broker
         ├── AuthenticationProvider (type PasswordFile | Anonymous) ── User
-        ├── Port (type AMQP | HTTP)
+        ├── Port (type AMQP | HTTP) ── Connection ── Session
         └── VirtualHostNode (type memory | delta) ── VirtualHost
-                                                     └── Connection ── Session ── Consumer
+                                                     ├── Exchange
+                                                     └── Queue ── Consumer
+
+(a connection is also associated with the virtual host it opened, a
+consumer with its session: :mod:`broker.model.runtime`)
 
 Each category declares its attributes once (:mod:`broker.model.attributes`);
 :func:`category` / :func:`categories` describe them to a generic management

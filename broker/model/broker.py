@@ -1,4 +1,4 @@
-"""The Broker category: broker-wide limits and the lookups the server needs."""
+"""The Broker category: broker-wide limits, the lookups the server needs, and its ports' listening."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from broker.errors import ConfigurationError
 from broker.model.attributes import attribute, derived
-from broker.model.configured_object import ConfiguredObject
+from broker.model.configured_object import ConfiguredObject, State
 
 if TYPE_CHECKING:
     from broker.model.authentication import AuthenticationProvider
-    from broker.model.port import Port
+    from broker.model.port import Port, PortActivation
     from broker.model.virtualhost import VirtualHost, VirtualHostNode
 
 #: share of the memory available to the process above which publishers are
@@ -55,6 +55,8 @@ class Broker(ConfiguredObject):
                  *, id: str | None = None) -> None:
         super().__init__(parent, attributes, id=id)
         self.started_at = time.monotonic()
+        #: binds ports while the broker runs (None: the model is not served, e.g. in tests)
+        self.port_activation: PortActivation | None = None
 
     # -- statistics -----------------------------------------------------------------
 
@@ -99,6 +101,24 @@ class Broker(ConfiguredObject):
         if self.max_message_size <= 0 or self.memory_high_watermark <= 0:
             raise ConfigurationError(f"{self.label}: 'maxMessageSize' and 'memoryHighWatermark'"
                                      " must be positive")
+
+    # -- listening ----------------------------------------------------------------
+
+    def start_listening(self, activation: PortActivation) -> None:
+        """Have every open port listen, and every port opened from now on.
+
+        Raises ConfigurationError for a port that cannot listen (its number in use).
+        """
+        self.port_activation = activation
+        for port in self.ports():
+            if port.state is State.ACTIVE:
+                port.listen()
+
+    def stop_listening(self) -> None:
+        """No port listens any more (shutdown); their configuration is kept."""
+        self.port_activation = None
+        for port in self.ports():
+            port.stop_listening()
 
     # -- lookups ------------------------------------------------------------------
 

@@ -1,18 +1,30 @@
 """The Port category: where the broker listens, and for which protocols.
 
-A port is configuration only: the transport layer binds it.  ``AMQP`` ports
-carry every AMQP version the broker speaks (the protocol engine is chosen by
-the 8-byte header the client sends); ``HTTP`` ports serve the management
-plugin.  ``bindingAddress`` "" (or "*") means every interface, IPv4 and IPv6
-alike -- :attr:`Port.local_host` is then None, which is what anyio's
-``create_tcp_listener(local_host=None)`` takes to listen on both families.
+The model holds no sockets: while the broker runs, the server gives the
+Broker a :class:`PortActivation` (:class:`broker.listeners.Listeners`), and
+from then on a port listens as soon as it opens -- at start-up, or the
+moment management creates it -- and stops, closing the connections that
+came in through it, when it is deleted (Broker-J's ports behave alike).  A
+port that cannot bind (its number in use) fails to open: created over
+management, it is not created at all.  Changes to ``port`` and
+``bindingAddress`` of a listening port are stored and take effect at the
+next start of the broker, as in Broker-J; ``pendingRestart`` says so, and
+``boundPort`` is the number the port listens on now (the one the system
+chose, for port 0).  ``protocols``, ``maxOpenConnections`` and
+``authenticationProvider`` apply to the next connection.
+
+``AMQP`` ports carry every AMQP version the broker speaks (the protocol
+engine is chosen by the 8-byte header the client sends); ``HTTP`` ports
+serve the management plugin.  ``bindingAddress`` "" (or "*") means every
+interface, IPv4 and IPv6 alike -- :attr:`Port.local_host` is then None.
 """
 
 from __future__ import annotations
 
 import enum
+import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from broker.errors import ConfigurationError
 from broker.model.attributes import attribute, derived
@@ -50,6 +62,38 @@ class Transport(enum.Enum):
 _ALL_INTERFACES = ("", "*", "::")
 
 
+class PortListener(Protocol):
+    """A port listening (what :meth:`PortActivation.listen` gives)."""
+
+    @property
+    def bound_port(self) -> int:
+        """The TCP port number it listens on; -1 once it no longer does."""
+
+    @property
+    def bound_host(self) -> str | None:
+        """The host it bound (:attr:`Port.local_host` at the time)."""
+
+    @property
+    def requested_port(self) -> int:
+        """The ``port`` attribute it was bound for (0: any)."""
+
+    @property
+    def connection_count(self) -> int: ...
+
+    def reconfigure(self) -> None:
+        """The port's attributes changed: apply those that apply to the next connection."""
+
+    def close(self) -> None:
+        """Stop listening and close the connections that came in through it."""
+
+
+class PortActivation(Protocol):
+    """Binds ports while the broker runs (the server's :class:`broker.listeners.Listeners`)."""
+
+    def listen(self, port: Port) -> PortListener | None:
+        """Listen on ``port`` now (None: nothing to listen for); OSError when it cannot bind."""
+
+
 class Port(ConfiguredObject):
     category = "Port"
 
@@ -73,10 +117,70 @@ class Port(ConfiguredObject):
                  *, id: str | None = None) -> None:
         super().__init__(parent, attributes, id=id)
         self._open_connections = 0
+        self._listener: PortListener | None = None
 
     @derived(int, statistic=True, description="Connections currently open on this port")
     def connection_count(self) -> int:
+        if self._listener is not None:
+            return self._listener.connection_count
         return self._open_connections
+
+    @derived(int, description="TCP port number the port listens on now (the one the system"
+                              " chose for port 0); -1 when it does not listen")
+    def bound_port(self) -> int:
+        return self._listener.bound_port if self._listener is not None else -1
+
+    @derived(str, description="Changes to 'port' or 'bindingAddress' that take effect at the"
+                              " next broker restart, while the port goes on listening where"
+                              " it does; empty when there are none")
+    def pending_restart(self) -> str:
+        listener = self._listener
+        if listener is None or listener.bound_port < 0:
+            return ""
+        changed = []
+        if self.port != listener.requested_port:
+            changed.append(f"'port' {self.port}")
+        if self.local_host != listener.bound_host:
+            changed.append(f"'bindingAddress' '{self.binding_address}'")
+        if not changed:
+            return ""
+        return (f"{' and '.join(changed)} take{'s' if len(changed) == 1 else ''} effect after a"
+                f" broker restart; listening on {listener.bound_host or '*'}:"
+                f"{listener.bound_port} until then")
+
+    # -- listening (while the broker runs) -------------------------------------------
+
+    def listen(self) -> None:
+        """Listen now if the broker runs (it gave its parent a ``port_activation``).
+
+        A port number in use is a ConfigurationError naming the port and the address.
+        """
+        activation = cast("PortActivation | None", getattr(self.parent, "port_activation", None))
+        if activation is None or self._listener is not None:
+            return
+        try:
+            self._listener = activation.listen(self)
+        except OSError as exc:
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise ConfigurationError(f"{self.label}: cannot listen on {self.local_host or '*'}:"
+                                     f"{self.port}: {reason}") from exc
+
+    def stop_listening(self) -> None:
+        """Stop listening and close the connections that came in here."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+
+    def on_open(self) -> None:
+        self.listen()
+
+    def on_close(self) -> None:
+        self.stop_listening()
+
+    def set_attributes(self, changes: Mapping[str, Any]) -> None:
+        super().set_attributes(changes)
+        if self._listener is not None:
+            self._listener.reconfigure()
 
     @property
     def local_host(self) -> str | None:

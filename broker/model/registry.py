@@ -30,16 +30,20 @@ TREE: dict[str, tuple[str, ...]] = {
     "SystemConfig": ("Broker",),
     "Broker": ("AuthenticationProvider", "Port", "VirtualHostNode"),
     "AuthenticationProvider": ("User",),
-    "Port": (),
+    # Runtime objects sit where Broker-J 7 puts them: a connection under the
+    # port it came in on (its virtual host keeps it as an association, not a
+    # child), sessions under their connection, a consumer under its queue
+    # (its session keeps it as an association).  See broker.model.runtime.
+    "Port": ("Connection",),
     "User": (),
     "VirtualHostNode": ("VirtualHost",),
     # Exchange and Queue are live views of the messaging layer's Namespace
     # (broker.model.messaging_objects); bindings are an attribute of exchanges.
-    "VirtualHost": ("Exchange", "Queue", "Connection"),
+    "VirtualHost": ("Exchange", "Queue"),
     "Exchange": (),
-    "Queue": (),
+    "Queue": ("Consumer",),
     "Connection": ("Session",),
-    "Session": ("Consumer",),
+    "Session": (),
     "Consumer": (),
 }
 

@@ -33,7 +33,7 @@ from broker.model.messaging_objects import Queue as ModelQueue
 from broker.model.operations import operation
 from broker.model.persistence import StoreBinding, recover
 from broker.model.port import PortProtocol, Transport
-from broker.model.runtime import Connection, next_connection_name
+from broker.model.runtime import Connection, VirtualHostConnections, next_connection_name
 
 if TYPE_CHECKING:
     from broker.messaging.namespace import Namespace
@@ -129,6 +129,8 @@ class VirtualHost(ConfiguredObject):
         #: the message journal of a node that keeps one (``delta``); set on open
         self.journal: Any = None
         self._mirror: NamespaceMirror | None = None
+        #: the connections that opened this virtual host (children of their ports)
+        self.open_connections = VirtualHostConnections(self)
 
     @property
     def node(self) -> VirtualHostNode:
@@ -136,11 +138,11 @@ class VirtualHost(ConfiguredObject):
 
     @property
     def connections(self) -> list[Connection]:
-        return cast("list[Connection]", self.children("Connection"))
+        return list(self.open_connections)
 
     @derived(int, statistic=True, description="Connections open on this virtual host")
     def connection_count(self) -> int:
-        return len(self._children["Connection"])
+        return len(self.open_connections)
 
     @derived(int, statistic=True, description="Queues of this virtual host")
     def queue_count(self) -> int:
@@ -207,6 +209,19 @@ class VirtualHost(ConfiguredObject):
         if hasattr(namespace, "observers"):
             self._mirror = NamespaceMirror(self, namespace)
             self._mirror.attach()
+
+    def _delete_tree(self) -> None:
+        # its connections are children of their ports, not of the virtual host, but
+        # go with it, first (as they did when they were its last children): each is
+        # closed with 320 CONNECTION_FORCED
+        self.open_connections.close_all()
+        # the namespace refuses to delete its standard exchanges (the default one,
+        # amq.*): they go with the virtual host, only their views are removed
+        for exchange in self.exchanges:
+            name = getattr(exchange.live, "name", None)
+            if name is not None and (name == "" or name.startswith("amq.")):
+                exchange.unregister()
+        super()._delete_tree()
 
     def on_close(self) -> None:
         if self._mirror is not None:
@@ -321,32 +336,42 @@ class VirtualHost(ConfiguredObject):
     def queues(self) -> list[ModelQueue]:
         return cast("list[ModelQueue]", self.children("Queue"))
 
+    @operation(description="The connections that opened this virtual host (each a child"
+                           " of the port it came in on)",
+               changes=False, returns=list)
+    def get_connections(self) -> list[Connection]:
+        return self.connections
+
     def register_connection(
-        self, *, remote_address: str, protocol: PortProtocol | str,
-        principal: str = "", port: str = "", transport: Transport | str = "TCP",
+        self, port: ConfiguredObject, *, remote_address: str, protocol: PortProtocol | str,
+        principal: str = "", transport: Transport | str = "TCP",
         client_id: str = "", client_product: str = "", client_version: str = "",
         closer: Callable[[str], None] | None = None, name: str | None = None,
     ) -> Connection:
-        """Record a connection that opened this virtual host (after connection.open).
+        """Record a connection that came in on ``port`` and opened this virtual host
+        (after connection.open): a child of the port, associated with this virtual host.
 
-        ``closer(reason)`` is called if management deletes the connection.
-        Raises :class:`~broker.errors.NotAllowed` (530, RabbitMQ's text) when
-        ``maxConnections`` is reached.
+        ``closer(reason)`` is called if management deletes the connection, or
+        this virtual host.  Raises :class:`~broker.errors.NotAllowed` (530,
+        RabbitMQ's text) when ``maxConnections`` is reached.
         """
-        if 0 <= self.max_connections <= len(self._children["Connection"]):
+        if 0 <= self.max_connections <= len(self.open_connections):
             raise NotAllowed(f"access to vhost '{self.name}' refused for user '{principal}':"
                              f" connection limit ({self.max_connections}) is reached")
-        connection = Connection(self, {
+        connection = Connection(port, {
             "name": name or next_connection_name(remote_address),
             "remoteAddress": remote_address,
             "protocol": protocol.name if isinstance(protocol, PortProtocol) else protocol,
-            "principal": principal, "port": port,
+            "principal": principal,
             "transport": transport.name if isinstance(transport, Transport) else transport,
             "clientId": client_id, "clientProduct": client_product,
             "clientVersion": client_version,
         })
         connection.closer = closer
+        connection.association = self.open_connections
+        connection._registered = True
         connection.create()
+        self.open_connections.add(connection)
         return connection
 
 

@@ -4,7 +4,7 @@
 //   node console-check.mjs '<json config>'
 //
 // config: {url, user, password, chromium, screenshot, queue, target, exchange,
-//          connectionName, timeoutMs}
+//          connectionName, consumedQueue, consumerTag, timeoutMs}
 //
 // tests/mgmt/test_console_browser.py runs it.  At checkpoints the script prints
 // "@@checkpoint <json>" on stdout and waits for a line on stdin: "ok" to go on,
@@ -116,8 +116,20 @@ async function run(page) {
   await visible(page.getByRole("tab", { name: "Queues" }), "the console");
   await expectText(page.getByTestId("user-name"), `Logged in as ${config.user}`, "the user shown");
   const cookies = await page.context().cookies();
-  if (!cookies.some((c) => c.name === "DELTAMQ_SESSION" && c.httpOnly)) {
+  const session = cookies.find((c) => c.name === "DELTAMQ_SESSION" && c.httpOnly);
+  if (!session) {
     throw new Error(`no HttpOnly session cookie after logging in: ${JSON.stringify(cookies.map((c) => c.name))}`);
+  }
+
+  step("the session cookie alone (a forged request) changes nothing");
+  const forged = await fetch(`${config.url}/api/latest/queue/${vhostPath}`, {
+    method: "POST",
+    headers: { Cookie: `DELTAMQ_SESSION=${session.value}`, "Content-Type": "application/json" },
+    body: JSON.stringify({ name: `${queue}.forged` }),
+  });
+  const refusal = await forged.json();
+  if (forged.status !== 403 || !/X-DeltaMQ-CSRF/.test(refusal.errorMessage || "")) {
+    throw new Error(`a POST with the cookie and no CSRF token answered ${forged.status} ${JSON.stringify(refusal)}`);
   }
 
   step("the overview lists the virtual host");
@@ -215,6 +227,18 @@ async function run(page) {
   await page.getByRole("tab", { name: "Exchanges" }).click();
   await page.getByRole("button", { name: `Delete exchange ${exchange}` }).click();
   await gone(exchangeRow, "the deleted exchange's row");
+
+  step("the consumers of a queue, each naming its connection");
+  const connections = await api(`virtualhost/${vhostPath}/getConnections`);
+  const client = connections.find((c) => c.clientId === config.connectionName);
+  if (!client) throw new Error(`getConnections does not list ${config.connectionName}`);
+  await page.getByRole("tab", { name: "Queues" }).click();
+  await page.getByRole("button", { name: `Browse the messages of ${config.consumedQueue}` }).click();
+  await expectText(page.getByTestId("consumers-queue"), config.consumedQueue, "the queue whose consumers are shown");
+  const consumerRow = page.locator(`[data-testid="consumer-row"][data-consumer="${config.consumerTag}"]`);
+  await visible(consumerRow, `the consumer ${config.consumerTag}`);
+  await expectText(consumerRow.locator('[data-field="connection"]'), client.name, "the consumer's connection");
+  await expectText(consumerRow.locator('[data-field="ack"]'), "manual", "the consumer's acknowledgement mode");
 
   step("closing the client's connection");
   await page.getByRole("tab", { name: "Connections" }).click();

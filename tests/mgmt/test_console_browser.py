@@ -2,8 +2,9 @@
 
 ``tests/browser/console-check.mjs`` (run with ``node``) uses the page as a
 person would -- logs in through the form, creates queues, publishes, browses
-and moves a message, deletes a queue, binds, closes a connection, takes a
-screenshot.  At its checkpoints this test checks over AMQP (pika) that what
+and moves a message, deletes a queue, binds, sees a queue's consumers, closes
+a connection, takes a screenshot; it also checks that a request with the
+session cookie and no CSRF token is refused.  At its checkpoints this test checks over AMQP (pika) that what
 the page showed really happened in the broker, then lets it go on.
 
 What it needs -- ``chromium`` from Debian, ``node``, and playwright-core in
@@ -212,13 +213,17 @@ def test_console_in_a_real_browser(broker_process: DeltaMQProcess, amqp: BrokerE
     tag = uuid.uuid4().hex[:10]
     first, second = f"console.q.{tag}", f"console.moved.{tag}"
     exchange, client_name = f"console.x.{tag}", f"console-client-{tag}"
+    consumed, consumer_tag = f"console.consumed.{tag}", f"console-ctag-{tag}"
     body = f"hello from the console {tag}"
     screenshot = tmp_path / "console.png"
 
     # the client whose connection the page closes; no heartbeats while it waits
     client = pika.BlockingConnection(amqp.pika_params(
         heartbeat=0, client_properties={"connection_name": client_name}))
-    client.channel()
+    # ... and consumes from a queue of its own (which goes with the connection)
+    client_channel = client.channel()
+    client_channel.queue_declare(consumed, exclusive=True)
+    client_channel.basic_consume(consumed, lambda *args: None, consumer_tag=consumer_tag)
     closed_with: list[int] = []
 
     def client_was_closed() -> None:
@@ -243,7 +248,8 @@ def test_console_in_a_real_browser(broker_process: DeltaMQProcess, amqp: BrokerE
         "chromium": chromium_path(), "screenshot": str(screenshot),
         "failureScreenshot": str(tmp_path / "failure.png"),
         "queue": first, "target": second, "exchange": exchange,
-        "connectionName": client_name, "body": body, "timeoutMs": 15000,
+        "connectionName": client_name, "consumedQueue": consumed, "consumerTag": consumer_tag,
+        "body": body, "timeoutMs": 15000,
     }
     script = ConsoleScript(config)
     seen: list[str] = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import pytest
@@ -19,6 +20,7 @@ from broker.model import load_system_config, registry
 from broker.model.attributes import derived
 from broker.model.configured_object import ConfiguredObject
 from broker.model.messaging_objects import Queue as ModelQueue
+from broker.model.runtime import CLOSED_BY_MANAGEMENT
 from broker.security.principal import Principal
 from mgmt import openapi, paths
 from mgmt.errors import ApiError
@@ -55,8 +57,10 @@ def test_every_category_below_the_broker_has_a_path_from_the_tree() -> None:
     found = paths.category_paths()
     assert found["queue"].chain == ("VirtualHostNode", "VirtualHost", "Queue")
     assert found["user"].chain == ("AuthenticationProvider", "User")
-    assert found["consumer"].chain == ("VirtualHostNode", "VirtualHost", "Connection", "Session",
-                                       "Consumer")
+    # runtime objects where Broker-J 7 has them
+    assert found["connection"].chain == ("Port", "Connection")
+    assert found["session"].chain == ("Port", "Connection", "Session")
+    assert found["consumer"].chain == ("VirtualHostNode", "VirtualHost", "Queue", "Consumer")
     assert found["broker"].chain == ()
     assert "systemconfig" not in found
 
@@ -92,6 +96,67 @@ def test_select_and_url_round_trip(broker: Any) -> None:
     assert paths.select(broker, chain, ("node", "*", "a/b")) == []
     assert paths.parse("/api/latest/queue/node/*/a%2Fb").wildcards == frozenset({1})
     assert paths.parse("/api/latest/queue/node/node/%2A").wildcards == frozenset()
+
+
+# -- runtime objects ----------------------------------------------------------------------------
+
+def test_connections_sessions_and_consumers_by_their_broker_j_paths(broker: Any) -> None:
+    vhost = broker.find_virtual_host("node")
+    vhost.namespace.declare_queue("orders")
+    closed: list[str] = []
+    connection = vhost.register_connection(broker.ports()[0], remote_address="10.0.0.7:51234",
+                                           protocol="AMQP_0_9_1", principal="bob",
+                                           closer=closed.append)
+    session = connection.register_session(1)
+    consumer = session.register_consumer("ctag-1", queue="orders")
+    assert consumer is not None
+    name = quote(connection.name, safe="")
+    assert paths.url_of(connection) == f"/api/latest/connection/amqp/{name}"
+    assert paths.url_of(session) == f"/api/latest/session/amqp/{name}/1"
+    assert paths.url_of(consumer) == "/api/latest/consumer/node/node/orders/ctag-1"
+    api = RestApi(broker)
+    shown = call(api, "GET", paths.url_of(connection)).body
+    assert shown["virtualHost"] == "node" and shown["port"] == "amqp"
+    assert shown["statistics"]["sessionCount"] == 1
+    assert [c["name"] for c in call(api, "GET", "/api/latest/connection/amqp").body] == \
+        [connection.name]
+    assert call(api, "GET", "/api/latest/connection?virtualHost=node").body[0]["id"] == \
+        connection.id
+    assert call(api, "GET", "/api/latest/session/amqp/*").body[0]["statistics"] == \
+        {"consumerCount": 1}
+    listed = call(api, "GET", "/api/latest/consumer/node/node/orders").body
+    assert [(c["name"], c["session"], c["connection"], c["queue"]) for c in listed] == \
+        [("ctag-1", "1", connection.name, "orders")]
+    nested = call(api, "GET", "/api/latest/queue/node/node/orders", query={"depth": ["1"]}).body
+    assert [c["name"] for c in nested["consumers"]] == ["ctag-1"]
+    # the virtual host's association: connectionCount and getConnections (GET or POST)
+    shown_vhost = call(api, "GET", "/api/latest/virtualhost/node/node").body
+    assert shown_vhost["statistics"]["connectionCount"] == 1
+    for method in ("GET", "POST"):
+        found = call(api, method, "/api/latest/virtualhost/node/node/getConnections").body
+        assert [(c["name"], c["remoteAddress"], c["virtualHost"]) for c in found] == \
+            [(connection.name, "10.0.0.7:51234", "node")]
+        assert "sessionCount" in found[0]["statistics"]
+    # DELETE closes it (the engine's closer), sessions and consumers go with it
+    assert call(api, "DELETE", paths.url_of(connection)).status == 200
+    assert closed == [CLOSED_BY_MANAGEMENT]
+    assert call(api, "GET", "/api/latest/virtualhost/node/node/getConnections").body == []
+    assert call(api, "GET", "/api/latest/consumer/node/node/orders").body == []
+    assert call(api, "GET", "/api/latest/virtualhost/node/node").body["statistics"][
+        "connectionCount"] == 0
+
+
+def test_connections_cannot_be_created_over_rest(broker: Any) -> None:
+    with pytest.raises(ApiError) as raised:
+        call(RestApi(broker), "POST", "/api/latest/connection/amqp",
+             {"name": "fake", "protocol": "AMQP_0_9_1"})
+    assert raised.value.status == 422 and "made by a client" in raised.value.message
+
+
+def test_old_connection_paths_are_gone(broker: Any) -> None:
+    with pytest.raises(ApiError) as raised:
+        call(RestApi(broker), "GET", "/api/latest/connection/node/node/x")
+    assert raised.value.status == 404
 
 
 # -- generated, not hand-written --------------------------------------------------------------

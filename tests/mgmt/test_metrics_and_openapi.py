@@ -23,7 +23,7 @@ def test_metrics_exposition_has_broker_vhost_and_queue_families(api: Api,
         channel.confirm_delivery()
         channel.basic_publish("", queue, b"12345")
         channel.basic_publish("", queue, b"678")
-    response = api.client.get("/metrics")
+        response = api.client.get("/metrics")               # while this connection is open
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
     text = response.text
@@ -35,6 +35,9 @@ def test_metrics_exposition_has_broker_vhost_and_queue_families(api: Api,
     assert "# TYPE deltamq_queue_queue_depth_messages gauge" in text
     assert re.search(r"^deltamq_broker_uptime [0-9.]+$", text, re.M)
     assert re.search(r'^deltamq_virtualhost_messages_in_total\{virtualhostnode="default",'
+                     r'virtualhost="default"\} [1-9][0-9]*$', text, re.M)
+    # connections are counted by the virtual host they opened (they are children of ports)
+    assert re.search(r'^deltamq_virtualhost_connection_count\{virtualhostnode="default",'
                      r'virtualhost="default"\} [1-9][0-9]*$', text, re.M)
     # every sample line is NAME{labels} VALUE
     for line in text.splitlines():
@@ -57,7 +60,16 @@ def test_openapi_describes_generated_paths_operations_and_schemas(api: Api) -> N
     assert "get" in paths[queue_path + "/getMessageInfo"]           # read-only: GET too
     assert "post" in paths["/api/latest/virtualhost/{virtualhostnode}/{virtualhost}/publishMessage"]
     assert "/api/latest/user/{authenticationprovider}/{user}" in paths
-    assert "/api/latest/connection/{virtualhostnode}/{virtualhost}/{connection}" in paths
+    # runtime objects where Broker-J 7 has them
+    assert "/api/latest/connection/{port}/{connection}" in paths
+    assert "/api/latest/session/{port}/{connection}/{session}" in paths
+    assert "/api/latest/consumer/{virtualhostnode}/{virtualhost}/{queue}/{consumer}" in paths
+    get_connections = paths["/api/latest/virtualhost/{virtualhostnode}/{virtualhost}"
+                            "/getConnections"]
+    assert {"get", "post"} <= set(get_connections)
+    answer = get_connections["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert answer["items"] == {"$ref": "#/components/schemas/Connection"}
+    assert "virtualHost" in spec["components"]["schemas"]["Connection"]["properties"]
     schemas = spec["components"]["schemas"]
     queue = schemas["Queue"]["properties"]
     assert queue["statistics"]["properties"]["queueDepthMessages"]["type"] == "integer"
@@ -66,7 +78,13 @@ def test_openapi_describes_generated_paths_operations_and_schemas(api: Api) -> N
     assert schemas["User"]["properties"]["password"]["writeOnly"] is True
     port = schemas["Port"]["properties"]
     assert "HTTP" in port["protocols"]["items"]["enum"]
-    assert spec["components"]["securitySchemes"]["basic"]["scheme"] == "basic"
+    schemes = spec["components"]["securitySchemes"]
+    assert schemes["basic"]["scheme"] == "basic"
+    assert schemes["session"] == {"type": "apiKey", "in": "cookie", "name": "DELTAMQ_SESSION",
+                                  "description": schemes["session"]["description"]}
+    assert schemes["csrf"]["in"] == "header" and schemes["csrf"]["name"] == "X-DeltaMQ-CSRF"
+    assert spec["security"] == [{"basic": []}, {"session": [], "csrf": []}]
+    assert "get" in paths["/service/session"]
     page = api.client.get("/apidocs")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     # rendered on the server from the same document, with nothing loaded from elsewhere

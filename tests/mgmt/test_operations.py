@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import signal
 import uuid
 from typing import Any
+from urllib.parse import quote
 
 import pika
 import pika.exceptions
@@ -202,15 +204,29 @@ def test_connection_session_consumer_are_listed_and_delete_closes_the_connection
     try:
         channel = connection.channel()
         channel.basic_consume(queue, lambda *a: None, consumer_tag=tag)
-        found = eventually(lambda: [c for c in api.ok(api.get("connection/default/default"))
-                                    if c["clientId"] == tag], what="the connection")
+        # the virtual host lists the connections that opened it (Broker-J's getConnections)
+        found = eventually(lambda: [c for c in api.ok(api.get(
+            "virtualhost/default/default/getConnections")) if c["clientId"] == tag],
+            what="the connection")
         name = found[0]["name"]
+        assert re.fullmatch(r"\[\d+\] 127\.0\.0\.1:\d+", name), name
         assert found[0]["principal"] == "guest" and found[0]["statistics"]["sessionCount"] == 1
-        path = "/".join(["default", "default", name.replace("/", "%2F")])
+        assert found[0]["virtualHost"] == "default" and found[0]["port"] == "AMQP"
+        vhost = api.ok(api.get("virtualhost/default/default"))
+        assert vhost["statistics"]["connectionCount"] >= 1
+        # a connection is a child of its port, a session of its connection
+        path = f"AMQP/{quote(name, safe='')}"
+        assert api.ok(api.get(f"connection/{path}"))["id"] == found[0]["id"]
+        assert name in [c["name"] for c in api.ok(api.get("connection/AMQP"))]
         sessions = api.ok(api.get(f"session/{path}"))
         assert [s["channelId"] for s in sessions] == [channel.channel_number]
-        consumers = api.ok(api.get(f"consumer/{path}/*"))
-        assert [(c["name"], c["queue"]) for c in consumers] == [(tag, queue)]
+        assert sessions[0]["statistics"]["consumerCount"] == 1
+        # a consumer is a child of its queue, and names its session and connection
+        consumers = api.ok(api.get(f"consumer/default/default/{queue}"))
+        assert [(c["name"], c["queue"], c["session"], c["connection"]) for c in consumers] == \
+            [(tag, queue, str(channel.channel_number), name)]
+        assert api.ok(api.get(f"consumer/default/default/{queue}/{tag}"))["id"] == \
+            consumers[0]["id"]
         assert api.ok(api.get(f"{VHOST}/{queue}"))["statistics"]["consumerCount"] == 1
         api.ok(api.delete(f"connection/{path}"))
         with pytest.raises(pika.exceptions.ConnectionClosed) as closed:
@@ -219,6 +235,29 @@ def test_connection_session_consumer_are_listed_and_delete_closes_the_connection
         assert closed.value.reply_code == 320
         eventually(lambda: api.get(f"connection/{path}").status_code == 404,
                    what="the connection gone from the model")
+        assert api.ok(api.get(f"consumer/default/default/{queue}")) == []
+        assert tag not in [c["clientId"] for c in api.ok(api.get(
+            "virtualhost/default/default/getConnections"))]
+    finally:
+        if connection.is_open:
+            connection.close()
+
+
+def test_deleting_a_virtual_host_node_closes_the_connections_of_its_virtual_host(
+        api: Api, amqp: BrokerEndpoint) -> None:
+    node = unique("node").replace(".", "-")
+    api.ok(api.put(f"virtualhostnode/{node}", {"type": "memory"}), 201)
+    connection = pika.BlockingConnection(amqp.pika_params(virtual_host=node))
+    try:
+        eventually(lambda: api.ok(api.get(f"virtualhost/{node}/{node}"))["statistics"][
+            "connectionCount"] == 1, what="the connection counted by its virtual host")
+        api.ok(api.delete(f"virtualhostnode/{node}"))
+        with pytest.raises(pika.exceptions.ConnectionClosed) as closed:
+            connection.process_data_events(time_limit=5)
+            connection.process_data_events(time_limit=5)
+        assert closed.value.reply_code == 320
+        eventually(lambda: all(c["virtualHost"] != node for c in api.ok(api.get("connection"))),
+                   what="the connection gone from its port")
     finally:
         if connection.is_open:
             connection.close()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import uuid
+from urllib.parse import quote
 
 import httpx
 import pytest
 
 from tests.integration.conftest import DeltaMQProcess
+from tests.integration.support import BrokerEndpoint
 
 from .conftest import Api
 
@@ -269,12 +271,22 @@ def test_401_without_or_with_wrong_credentials(api: Api) -> None:
     error(httpx.get(api.base + "/metrics"), 401)
 
 
-def test_403_for_a_user_limited_to_another_virtual_host(api: Api) -> None:
+def test_403_for_a_user_limited_to_another_virtual_host(api: Api, amqp: BrokerEndpoint) -> None:
     name = unique("limited")
     api.ok(api.put(f"user/passwordFile/{name}", {"password": "pw", "virtualHosts": ["elsewhere"]}),
            201)
     limited = Api(int(api.base.rsplit(":", 1)[1]), auth=(name, "pw"))
+    client = unique("hidden")
     try:
+        # a connection is a child of its port, yet belongs to the virtual host it opened
+        with amqp.pika(client_properties={"connection_name": client}):
+            mine = [c for c in api.ok(api.get("connection")) if c["clientId"] == client]
+            assert len(mine) == 1 and mine[0]["virtualHost"] == "default"
+            assert client not in [c["clientId"] for c in limited.ok(limited.get("connection"))]
+            path = f"connection/{mine[0]['port']}/{quote(mine[0]['name'], safe='')}"
+            error(limited.get(path), 403)
+            error(limited.delete(path), 403)
+            error(limited.get("virtualhost/default/default/getConnections"), 403)
         queue = unique("guarded")
         api.ok(api.put(f"{VHOST}/{queue}", {}), 201)
         assert "may not" in error(limited.get(f"{VHOST}/{queue}"), 403)
@@ -292,10 +304,51 @@ def test_403_for_a_user_limited_to_another_virtual_host(api: Api) -> None:
 def test_session_cookie_from_login_then_logout(api: Api) -> None:
     with httpx.Client(base_url=api.base) as browser:
         error(browser.get("/api/latest/broker"), 401)
+        error(browser.get("/service/session"), 401)
         error(browser.post("/service/login", json={"username": "guest", "password": "no"}), 401)
         login = browser.post("/service/login", json={"username": "guest", "password": "guest"})
-        assert login.status_code == 200 and login.json() == {"user": "guest"}
+        assert login.status_code == 200 and set(login.json()) == {"user", "csrfToken"}
+        assert login.json()["user"] == "guest" and len(login.json()["csrfToken"]) >= 32
         assert "httponly" in login.headers["set-cookie"].lower()
         assert browser.get("/api/latest/broker").status_code == 200
+        assert browser.get("/service/session").json() == login.json()
         browser.get("/service/logout")
         error(browser.get("/api/latest/broker"), 401)
+        error(browser.get("/service/session"), 401)
+
+
+def test_cookie_session_changes_need_the_csrf_token(api: Api) -> None:
+    queue = unique("csrf")
+    with httpx.Client(base_url=api.base) as browser:
+        token = browser.post("/service/login", json={"username": "guest",
+                                                     "password": "guest"}).json()["csrfToken"]
+        # the cookie alone (what a forged cross-site form sends) changes nothing
+        refused = browser.put(f"/api/latest/{VHOST}/{queue}", json={})
+        message = error(refused, 403)
+        assert "session cookie DELTAMQ_SESSION" in message and "X-DeltaMQ-CSRF" in message
+        assert refused.headers["x-deltamq-csrf"] == "required"
+        assert "token" in error(browser.put(f"/api/latest/{VHOST}/{queue}", json={},
+                                            headers={"X-DeltaMQ-CSRF": "guessed"}), 403)
+        error(browser.post("/api/latest/virtualhost/default/default/publishMessage",
+                           json={"message": {"address": queue}}), 403)
+        error(browser.delete("/api/latest/queue/default/default/x"), 403)
+        error(api.get(f"{VHOST}/{queue}"), 404)
+        # reading needs no token
+        assert browser.get(f"/api/latest/{VHOST}").status_code == 200
+        # with the token: works
+        with_token = {"X-DeltaMQ-CSRF": token}
+        assert browser.put(f"/api/latest/{VHOST}/{queue}", json={},
+                           headers=with_token).status_code == 201
+        assert browser.delete(f"/api/latest/{VHOST}/{queue}", headers=with_token).status_code \
+            == 200
+        # a page of another site cannot make the browser do it, token or not
+        assert "another site" in error(browser.put(
+            f"/api/latest/{VHOST}/{queue}", json={},
+            headers={**with_token, "Sec-Fetch-Site": "cross-site"}), 403)
+        # Basic credentials need no token, even next to the cookie
+        assert browser.put(f"/api/latest/{VHOST}/{queue}", json={},
+                           auth=("guest", "guest")).status_code == 201
+    api.ok(api.delete(f"{VHOST}/{queue}"))
+    # curl-style Basic requests: no token, no cookie
+    api.ok(api.put(f"{VHOST}/{queue}", {}), 201)
+    api.ok(api.delete(f"{VHOST}/{queue}"))

@@ -1,14 +1,20 @@
 // DeltaMQ web console: plain JavaScript over the REST API (/api/latest), no framework.
 //
 // Logging in posts to /service/login, which sets an HttpOnly session cookie; every
-// later request carries it.  Requests say "X-Requested-With: XMLHttpRequest" so that
-// a 401 comes back without a Basic challenge (no browser password pop-up): the
-// console shows its own login form instead.  Everything the API returns is put in
-// the page as text (textContent), never as HTML.
+// later request carries it.  The login's answer (and GET /service/session, after a
+// reload) also gives the session's CSRF token, which every request that changes
+// something sends back in the X-DeltaMQ-CSRF header: the broker refuses such a
+// request with the cookie alone (a page elsewhere can make the browser send the
+// cookie, but cannot read the token).  Requests say "X-Requested-With:
+// XMLHttpRequest" so that a 401 comes back without a Basic challenge (no browser
+// password pop-up): the console shows its own login form instead.  Everything the
+// API returns is put in the page as text (textContent), never as HTML.
 "use strict";
 
 (() => {
   const API = "/api/latest";
+  const CSRF_HEADER = "X-DeltaMQ-CSRF";
+  const SAFE_METHODS = new Set(["GET", "HEAD"]);
   const REFRESH_MS = 3000;
   const BROWSE_LIMIT = 100;          // messages listed by the message browser
   const QUEUE_ROWS = 500;            // queues listed at once (the filter finds the others)
@@ -26,6 +32,8 @@
     refreshing: false,
     refreshAgain: false,  // asked for while a refresh was running
     loggedIn: false,
+    user: null,           // who is logged in
+    csrf: null,           // the session's CSRF token (null without a session cookie)
   };
 
   const $ = (id) => document.getElementById(id);
@@ -45,21 +53,40 @@
     return `${enc(state.node)}/${enc(state.vhost)}`;
   }
 
-  async function request(method, path, body, { raw = false, quietAuth = false } = {}) {
+  async function send(method, path, body) {
     const init = {
       method,
       credentials: "same-origin",
       headers: { "Accept": "application/json", "X-Requested-With": "XMLHttpRequest" },
     };
+    if (!SAFE_METHODS.has(method) && state.csrf) init.headers[CSRF_HEADER] = state.csrf;
     if (body !== undefined) {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
     }
-    let response;
     try {
-      response = await fetch(path.startsWith("/") ? path : `${API}/${path}`, init);
+      return await fetch(path.startsWith("/") ? path : `${API}/${path}`, init);
     } catch (err) {
       throw new ApiError(0, `The broker cannot be reached (${err.message}).`);
+    }
+  }
+
+  // Who is logged in, and the session's CSRF token (null when no cookie session).
+  async function loadSession() {
+    const response = await send("GET", "/service/session");
+    if (!response.ok) return false;
+    const session = await response.json();
+    state.user = session.user;
+    state.csrf = session.csrfToken;
+    return true;
+  }
+
+  async function request(method, path, body, { raw = false, quietAuth = false } = {}) {
+    let response = await send(method, path, body);
+    // the token no longer matches (another login replaced the cookie): fetch it, once more
+    if (response.status === 403 && response.headers.get(CSRF_HEADER) === "required"
+        && await loadSession()) {
+      response = await send(method, path, body);
     }
     if (!response.ok) {
       let message = `${response.status} ${response.statusText}`;
@@ -250,8 +277,7 @@
     $("login").hidden = true;
     $("console").hidden = false;
     $("session").hidden = false;
-    const user = sessionStorage.getItem("deltamq.user");
-    $("user-name").textContent = user ? `Logged in as ${user}` : "";
+    $("user-name").textContent = state.user ? `Logged in as ${state.user}` : "";
     await loadVirtualHosts();
     selectTab(state.tab);
     startTimer();
@@ -268,7 +294,8 @@
         username: $("login-username").value,
         password: $("login-password").value,
       }, { quietAuth: true });
-      sessionStorage.setItem("deltamq.user", reply && reply.user ? reply.user : $("login-username").value);
+      state.user = reply && reply.user ? reply.user : $("login-username").value;
+      state.csrf = reply ? reply.csrfToken : null;
       $("login-password").value = "";
       await showConsole();
     } catch (err) {
@@ -283,7 +310,8 @@
     try {
       await request("POST", "/service/logout", undefined, { quietAuth: true });
     } catch (_) { /* logged out either way */ }
-    sessionStorage.removeItem("deltamq.user");
+    state.user = null;
+    state.csrf = null;
     closeBrowser();
     showLogin("");
   }
@@ -364,6 +392,7 @@
     renderQueues();
     fillQueueSelects();
     if (state.browsing && !state.queues.some((q) => q.name === state.browsing)) closeBrowser();
+    else if (state.browsing && state.tab === "queues") await loadConsumers();
   }
 
   function renderQueues() {
@@ -457,12 +486,15 @@
 
   async function openBrowser(name) {
     if (!addressable(name, "queue")) return;
+    const other = state.browsing !== name;
     state.browsing = name;
     $("browser-queue").textContent = name;
+    $("consumers-queue").textContent = name;
+    if (other) $("consumers-table").tBodies[0].replaceChildren();
     $("browser").hidden = false;
     $("message-content").hidden = true;
     fillQueueSelects();
-    await act(null, loadMessages);
+    await act(null, async () => { await loadMessages(); await loadConsumers(); });
     $("browser").scrollIntoView({ block: "nearest" });
   }
 
@@ -470,6 +502,24 @@
     state.browsing = null;
     $("browser").hidden = true;
     $("messages-table").tBodies[0].replaceChildren();
+    $("consumers-table").tBodies[0].replaceChildren();
+  }
+
+  // A consumer is a child of its queue (consumer/<node>/<vhost>/<queue>/<name>) and
+  // names its connection and session (channel).
+  async function loadConsumers() {
+    if (!state.browsing) return;
+    const consumers = await get(`consumer/${vhostPath()}/${enc(state.browsing)}`);
+    consumers.sort((a, b) => (a.createdTime || 0) - (b.createdTime || 0));
+    renderRows($("consumers-table").tBodies[0], consumers, (c) => c.name, (c) => signed(
+      element("tr", { "data-testid": "consumer-row", "data-consumer": c.name },
+        element("td", {}, element("code", { text: c.name })),
+        cell(c.connection || "–", { field: "connection" }),
+        cell(c.session || "–", { numeric: true, field: "channel" }),
+        cell(c.noAck ? "automatic" : "manual", { field: "ack" }),
+        cell(yesNo(c.exclusive), { field: "exclusive" }),
+        cell(typeof c.createdTime === "number" ? when(c.createdTime * 1000) : "–"))));
+    $("consumers-empty").hidden = consumers.length > 0;
   }
 
   async function loadMessages() {
@@ -700,11 +750,17 @@
 
   // -- connections ---------------------------------------------------------------------
 
+  // A connection is a child of the port it came in on (connection/<port>/<name>); the
+  // virtual host lists the ones that opened it (its getConnections operation).
+  function connectionPath(c) {
+    return `connection/${enc(c.port)}/${enc(c.name)}`;
+  }
+
   async function loadConnections() {
     if (!state.vhost) return;
-    const connections = await get(`connection/${vhostPath()}`);
+    const connections = await get(`virtualhost/${vhostPath()}/getConnections`);
     connections.sort((a, b) => (a.createdTime || 0) - (b.createdTime || 0));
-    renderRows($("connections-table").tBodies[0], connections, (c) => c.name, (c) => {
+    renderRows($("connections-table").tBodies[0], connections, (c) => JSON.stringify([c.port, c.name]), (c) => {
       const client = [c.clientId, [c.clientProduct, c.clientVersion].filter(Boolean).join(" ")]
         .filter(Boolean).join(" · ");
       const row = element("tr", { "data-testid": "connection-row", "data-connection": c.name,
@@ -713,6 +769,7 @@
       cell(client || "–"),
       cell(c.principal || "–"),
       cell(c.protocol || "–"),
+      cell(c.port || "–"),
       cell(c.remoteAddress || "–"),
       cell(count(stat(c, "sessionCount")), { numeric: true }),
       cell(typeof c.createdTime === "number" ? when(c.createdTime * 1000) : "–"));
@@ -730,7 +787,7 @@
     const who = connection.clientId ? `${connection.name} (${connection.clientId})` : connection.name;
     if (!window.confirm(`Close connection ${who}? The client is told 320 CONNECTION_FORCED.`)) return;
     await act(trigger, async () => {
-      await request("DELETE", `connection/${vhostPath()}/${enc(connection.name)}`);
+      await request("DELETE", connectionPath(connection));
       showStatus(`Connection ${connection.name} closed.`);
       await loadConnections();
     });
@@ -824,7 +881,10 @@
     document.querySelector(".tabs").addEventListener("keydown", tabKeys);
     $("queue-form").addEventListener("submit", createQueue);
     $("queue-filter").addEventListener("input", renderQueues);
-    $("browser-refresh").addEventListener("click", (event) => act(event.currentTarget, loadMessages));
+    $("browser-refresh").addEventListener("click", (event) => act(event.currentTarget, async () => {
+      await loadMessages();
+      await loadConsumers();
+    }));
     $("browser-close").addEventListener("click", closeBrowser);
     $("messages-select-all").addEventListener("change", (event) => {
       for (const box of document.querySelectorAll("#messages-table .message-select")) {
@@ -840,7 +900,9 @@
 
     // Already logged in (a session cookie, or a broker that lets anonymous users in)?
     try {
-      await get("broker", { quietAuth: true });
+      const session = await get("/service/session", { quietAuth: true });
+      state.user = session.user;
+      state.csrf = session.csrfToken;
       await showConsole();
     } catch (err) {
       showLogin(err instanceof ApiError && err.status === 401 ? "" : err.message);

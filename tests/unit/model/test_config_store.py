@@ -101,7 +101,8 @@ def test_virtual_host_lives_in_its_node_store_not_in_system_store(load: Loader) 
 def test_runtime_objects_and_users_are_never_stored(load: Loader) -> None:
     system = load()
     vhost = system.broker.virtual_hosts[0]
-    connection = vhost.register_connection(remote_address="127.0.0.1:5", protocol="AMQP_1_0")
+    connection = vhost.register_connection(system.broker.ports()[0],
+                                           remote_address="127.0.0.1:5", protocol="AMQP_1_0")
     connection.register_session(0)
     node = system.broker.virtual_host_nodes[0]
     assert node.store is not None

@@ -178,9 +178,11 @@ def test_delete_removes_descendants_first(load: Loader) -> None:
     system = load()
     node = system.broker.virtual_host_nodes[0]
     vhost = node.virtual_hosts[0]
-    connection = vhost.register_connection(remote_address="127.0.0.1:1", protocol="AMQP_0_9_1")
+    closed: list[str] = []
+    connection = vhost.register_connection(system.broker.ports()[0], remote_address="127.0.0.1:1",
+                                           protocol="AMQP_0_9_1", closer=closed.append)
     node.delete()
-    assert connection.state is State.DELETED
+    assert connection.state is State.DELETED and len(closed) == 1
     assert vhost.state is State.DELETED
     assert system.broker.find_virtual_host("node") is None
     assert not system.broker.virtual_host_nodes
