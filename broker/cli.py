@@ -2,8 +2,8 @@
 
 ::
 
-    deltamq serve [--config FILE] [--data-dir DIR] [--amqp-port N] [--http-port N]
-                  [-D name=value ...] [--log-level LEVEL]
+    deltamq serve [--config FILE] [--overwrite-config] [--store-type TYPE] [--data-dir DIR]
+                  [--amqp-port N] [--http-port N] [-D name=value ...] [--log-level LEVEL]
     deltamq user add NAME [--password P] [--virtual-host VHOST ...] [--data-dir DIR | --file PATH]
     deltamq user passwd NAME [--password P] [--data-dir DIR | --file PATH]
     deltamq user delete NAME [--data-dir DIR | --file PATH]
@@ -11,20 +11,21 @@
 
 ``serve``'s options are context variables (``--amqp-port 5673`` is
 ``-D deltamq.amqp_port=5673``); an explicit option wins over a ``-D`` of the
-same variable.  The server itself is :func:`broker.server.serve`.
+same variable.  ``--overwrite-config`` is not: it acts once, on this start.
+The server itself is :func:`broker.server.serve`.
 """
 
 from __future__ import annotations
 
 import argparse
 import getpass
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from broker.errors import BrokerError
 from broker.model.context import environment_value
+from broker.model.system_store import STORE_TYPE_VARIABLE
 from broker.security.passwords import PasswordFile
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -81,7 +82,19 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                " the environment (deltamq.amqp_port or DELTAMQ_AMQP_PORT), then the"
                " configuration file's 'context' defaults.")
     serve.add_argument("--config", metavar="FILE",
-                       help="configuration file (JSON); default: the embedded conf/config.json")
+                       help="initial configuration (JSON): seeds the broker's configuration"
+                            " store when it is empty (first start); later starts use the"
+                            " store and take only the file's 'context' defaults; default:"
+                            " the embedded conf/config.json")
+    serve.add_argument("--overwrite-config", action="store_true",
+                       help="replace the stored broker configuration (ports, authentication"
+                            " providers, virtual host nodes) by the file's; the nodes' own"
+                            " data is kept")
+    serve.add_argument("--store-type", metavar="TYPE",
+                       help="where the broker configuration is kept (sets"
+                            f" {STORE_TYPE_VARIABLE}): delta (default; the Delta table"
+                            " DIR/broker/config) or memory (read from the file at every"
+                            " start; nothing changed over management survives a restart)")
     serve.add_argument("--data-dir", metavar="DIR",
                        help="directory for the broker's data (sets deltamq.data_dir;"
                             " default ./data)")
@@ -108,13 +121,16 @@ def serve_context(args: argparse.Namespace) -> dict[str, str]:
         context["deltamq.amqp_port"] = str(args.amqp_port)
     if args.http_port is not None:
         context["deltamq.http_port"] = str(args.http_port)
+    if args.store_type is not None:
+        context[STORE_TYPE_VARIABLE] = args.store_type
     return context
 
 
 def _serve(args: argparse.Namespace) -> int:
     from broker.server import serve  # imported here: `deltamq user` must not need the server
 
-    code: int = serve(args.config, serve_context(args), args.log_level)
+    code: int = serve(args.config, serve_context(args), args.log_level,
+                      overwrite_config=args.overwrite_config)
     return code
 
 

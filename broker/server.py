@@ -287,14 +287,22 @@ def _backend_options() -> dict[str, Any]:
     return {"use_uvloop": True}
 
 
-def serve(config_path: str | None, context: dict[str, str], log_level: str = "INFO") -> int:
-    """Run the broker in the foreground until SIGINT/SIGTERM; return the exit code."""
+def serve(config_path: str | None, context: dict[str, str], log_level: str = "INFO", *,
+          overwrite_config: bool = False) -> int:
+    """Run the broker in the foreground until SIGINT/SIGTERM; return the exit code.
+
+    The broker-level configuration is kept in the store that
+    ``deltamq.config_store_type`` names (``delta`` unless told otherwise),
+    seeded from ``config_path`` when empty, or replaced by it with
+    ``overwrite_config`` (see :mod:`broker.model.initial_config`).
+    """
     from broker.model import load_system_config
 
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
-        system = load_system_config(config_path, context)
+        system = load_system_config(config_path, context, store_type=None,
+                                    overwrite=overwrite_config)
     except errors.BrokerError as exc:
         log.error("cannot start: %s", exc.text or exc)
         return 2

@@ -52,6 +52,7 @@ PUTs needs ``AWS_S3_LOCKING_PROVIDER=dynamodb`` (passed through unchanged).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import threading
@@ -70,6 +71,11 @@ from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import PostCommitHookProperties
 
 from broker import __version__
+
+from .log_state import LogState
+from .version_checksum import TableChecksum
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_INTERVAL = 20
 
@@ -146,6 +152,9 @@ class AppendOnlyTable:
         self._lock = threading.Lock()
         #: object storage only: the appender's delta-rs handle (re-opened after checkpoints)
         self._handle: DeltaTable | None = None
+        #: local tables: the figures of the newest version's checksum file (None: none written)
+        self._checksum: TableChecksum | None = None
+        self._checksum_lock = threading.Lock()
 
     @property
     def path(self) -> Path:
@@ -169,6 +178,7 @@ class AppendOnlyTable:
                 pass
         elif DeltaTable.is_deltatable(self.uri):
             self._version = int(self.delta_table().version())
+            self._start_checksums()
             return
         if self._path is not None:
             self._path.mkdir(parents=True, exist_ok=True)
@@ -184,6 +194,7 @@ class AppendOnlyTable:
         if self._path is not None:
             self._fsync_commit(0)
         self._version = 0
+        self._start_checksums()
 
     @property
     def version(self) -> int:
@@ -303,7 +314,35 @@ class AppendOnlyTable:
         fsync_path(log_dir)                     # the commit file's name
         with self._lock:
             self._version = max(self._version, version)
+        self._write_checksum(version, actions)
         return version
+
+    def _start_checksums(self) -> None:
+        """Read the table's log once, to write a checksum file with each commit from now on."""
+        if self._path is None:
+            return
+        state = LogState(self._path)
+        try:
+            state.load()
+            self._checksum = TableChecksum.of(state)
+        except (OSError, ValueError) as exc:
+            log.warning("%s: no checksum files will be written (%s)", self.name, exc)
+            self._checksum = None
+
+    def _write_checksum(self, version: int, actions: list[dict[str, Any]]) -> None:
+        """Write ``<version>.crc`` (see :mod:`lakehouse.version_checksum`); never fails a commit."""
+        with self._checksum_lock:
+            checksum = self._checksum
+            if checksum is None or version <= checksum.version:
+                return                          # a later commit of another thread got there first
+            try:
+                checksum.advance(version, actions)
+                checksum.write()
+            except (OSError, ValueError, KeyError) as exc:
+                # the figures may be half updated: stop rather than ever write a wrong one
+                log.warning("%s: stopped writing checksum files at version %d (%s)", self.name,
+                            version, exc)
+                self._checksum = None
 
     def _check_winner(self, commit: Path) -> None:
         """Another writer committed this version first: fine unless it changed schema or protocol."""

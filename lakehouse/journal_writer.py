@@ -205,13 +205,22 @@ def advance_watermark(table: AppendOnlyTable) -> int:
     return floor
 
 
+#: how long a local journal's checkpoints keep the tombstones of files compacted away.  Every
+#: Spark query rebuilds the table's state from the checkpoint, tombstones included (an hour of
+#: full load would be ~360,000); the files themselves stay for the log retention
+#: (TableMaintenance.vacuum_local), so streams that far behind still read them.
+LOCAL_TOMBSTONE_RETENTION = "interval 5 minutes"
+
+
 def journal_table(location: str, log_retention_hours: int) -> AppendOnlyTable:
     """The journal's table at ``location`` (created with these properties if new)."""
     retention = f"interval {log_retention_hours} hours"
+    # on object storage, delta-rs's vacuum deletes only files whose tombstones it still sees
+    tombstones = retention if is_uri(location) else LOCAL_TOMBSTONE_RETENTION
     return AppendOnlyTable(location, JOURNAL_SCHEMA, name="journal", stats_column="message_id",
                            time_stats_column="at",
                            properties={"delta.logRetentionDuration": retention,
-                                       "delta.deletedFileRetentionDuration": retention})
+                                       "delta.deletedFileRetentionDuration": tombstones})
 
 
 def _read_exactly(stream: BinaryIO, size: int) -> bytes | None:

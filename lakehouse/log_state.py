@@ -129,8 +129,11 @@ class LogState:
         self.version = -1
         #: the live data files: path -> add action (as in the log)
         self.adds: dict[str, dict[str, Any]] = {}
-        #: files removed: path -> remove action
+        #: files removed: path -> remove action (the tombstones: dropped once expired)
         self.removes: dict[str, dict[str, Any]] = {}
+        #: files removed and maybe still on disk: path -> when (ms), kept past the tombstone's
+        #: expiry until vacuum deletes the file (it keeps files longer than the tombstones)
+        self.removed_at: dict[str, int] = {}
         self.metadata: dict[str, Any] | None = None
         self.protocol: dict[str, Any] | None = None
         self.txns: dict[str, dict[str, Any]] = {}
@@ -185,9 +188,11 @@ class LogState:
         if kind == "add":
             self.adds[action["path"]] = action
             self.removes.pop(action["path"], None)
+            self.removed_at.pop(action["path"], None)
         elif kind == "remove":
             self.adds.pop(action["path"], None)
             self.removes[action["path"]] = action
+            self.removed_at[action["path"]] = int(action.get("deletionTimestamp") or 0)
         elif kind == "metaData":
             self.metadata = action
         elif kind == "protocol":

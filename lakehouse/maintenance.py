@@ -37,6 +37,8 @@ delta-rs: checkpoints and vacuum as above, and compaction with delta-rs's own
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import threading
@@ -52,6 +54,7 @@ from deltalake.transaction import PostCommitHookProperties
 
 from .delta_table import AppendOnlyTable, Location
 from .log_state import LogState
+from .version_checksum import checksum_file
 
 __all__ = ["TableMaintenance"]
 
@@ -152,7 +155,13 @@ class TableMaintenance:
             return
         state = self.log_state()
         if state.version > state.checkpoint_version:
-            state.write_checkpoint()
+            previous = state.checkpoint_version
+            written = state.write_checkpoint()
+            # a reader of a version before the checkpoint is a time-travel read, which
+            # does without a checksum file: drop theirs, by name (no listing of the log)
+            for version in range(max(previous, 0, written - 10 * self.table.checkpoint_interval), written):
+                with contextlib.suppress(FileNotFoundError):
+                    checksum_file(state.log_dir, version).unlink()
 
     def _choose(self, files: pa.Table) -> list[tuple[str, int]]:
         """The files worth rewriting now, in two tiers so no byte is rewritten over and over.
@@ -228,10 +237,74 @@ class TableMaintenance:
 
     def vacuum(self) -> None:
         """Delete files removed more than the retention ago, and expired log entries."""
-        snapshot = self.table.delta_table()
-        snapshot.vacuum(retention_hours=self.retention_hours, dry_run=False,
-                        enforce_retention_duration=False)
+        if self.table.remote:
+            snapshot = self.table.delta_table()
+            snapshot.vacuum(retention_hours=self.retention_hours, dry_run=False,
+                            enforce_retention_duration=False)
+        else:
+            self.vacuum_local()
         self.table.delta_table().cleanup_metadata()
+        if not self.table.remote:
+            prune_checksum_files(self.table.path / "_delta_log")
+
+    def vacuum_local(self) -> int:
+        """Delete the data files of a local table no reader can need any more; how many.
+
+        A file goes once it is not live, was removed more than the retention
+        ago, and was written more than the retention ago.  delta-rs's vacuum
+        only deletes files whose tombstones are still in the table's state, and
+        checkpoints keep tombstones for ``delta.deletedFileRetentionDuration``
+        only, which for the journal is shorter than the retention (each
+        tombstone costs every Spark query a little).  So removals are
+        remembered here (:attr:`LogState.removed_at`) for as long as their
+        files stay.  A file no longer known at all -- removed before this
+        process last started, so over the tombstone retention ago -- is judged
+        by when it was written: a Spark stream that has fallen behind by less
+        than the retention only reads files written after where it stands.
+        """
+        state = self.log_state()
+        now_ms = int(time.time() * 1000)
+        cutoff_ms = now_ms - int(self.retention_hours * 3_600_000)
+        live = {unquote(path) for path in state.adds}
+        removed_at = {unquote(path): when for path, when in state.removed_at.items()}
+        deleted = 0
+        for entry in os.scandir(self.table.path):
+            name = entry.name
+            if not name.endswith(".parquet") or name in live or not entry.is_file():
+                continue
+            if removed_at.get(name, 0) > cutoff_ms:
+                continue
+            try:
+                if entry.stat().st_mtime * 1000 > cutoff_ms:
+                    continue                   # new: maybe a commit's file not committed yet
+                os.unlink(entry.path)
+                deleted += 1
+            except FileNotFoundError:
+                pass
+        gone = [path for path in state.removed_at if not (self.table.path / unquote(path)).exists()]
+        for path in gone:
+            del state.removed_at[path]
+        return deleted
+
+
+def prune_checksum_files(log_dir: Path) -> int:
+    """Delete the checksum files of versions before the last checkpoint; how many.
+
+    delta-rs's log clean-up leaves ``.crc`` files behind; the checkpoint round
+    drops those it passes by name, this catches any it missed (one listing).
+    """
+    try:
+        last = int(json.loads((log_dir / "_last_checkpoint").read_text())["version"])
+    except (OSError, ValueError, KeyError):
+        return 0
+    removed = 0
+    for entry in os.scandir(log_dir):
+        name = entry.name
+        if name.endswith(".crc") and name[:20].isdigit() and int(name[:20]) < last:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+                removed += 1
+    return removed
 
 
 #: rows per row group (and per fdatasync) of a compacted file

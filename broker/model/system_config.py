@@ -14,30 +14,39 @@ Context variables are looked up, in order:
 The command line comes before the environment on purpose: an option typed
 for this run must win over a variable exported long ago.
 
-The default configuration is ``conf/config.json`` at the top of the source
-tree: the one file users read and copy.  The package reaches it through
-``broker/model/default_config.json``, a symbolic link to it, so it is found
-with :mod:`importlib.resources` from a checkout, an editable install, and a
-wheel (which stores the link's target as a regular file).
+SystemConfig owns the broker's configuration store (:mod:`.system_store`):
+the Broker, its ports, authentication providers and virtual host nodes, kept
+as given (``${...}`` unexpanded, so options and the environment apply at
+every start).  The configuration file is only the *initial configuration*
+(:mod:`.initial_config`): it seeds an empty store, or replaces what is stored
+when asked to (``overwrite``); its ``context`` is read at every start.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable, Mapping
-from importlib import resources
-from pathlib import Path
+import logging
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from broker.errors import ConfigurationError
+from broker.model import system_store
 from broker.model.attributes import attribute
 from broker.model.broker import Broker, default_memory_high_watermark
 from broker.model.config_store import ConfigurationRecord, DurableConfigurationStore, \
     MemoryConfigurationStore
 from broker.model.configured_object import ConfiguredObject
 from broker.model.context import environment_value
-from broker.model.persistence import StoreBinding, records_from_tree, recover
-from broker.model.virtualhost import NamespaceFactory
+from broker.model.initial_config import DEFAULT_CONFIG_RESOURCE, REPOSITORY_CONFIG, \
+    InitialConfiguration, Seeding, default_configuration_text, read_configuration, \
+    read_initial_configuration, seed
+from broker.model.persistence import StoreBinding, recover
+from broker.model.system_store import STORE_PATH_VARIABLE, STORE_TYPE_VARIABLE
+from broker.model.virtualhost import NamespaceFactory, VirtualHostNode
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BUILTIN_CONTEXT", "DEFAULT_CONFIG_RESOURCE", "REPOSITORY_CONFIG", "SystemConfig",
+           "default_configuration_text", "load_system_config", "read_configuration"]
 
 #: the lowest-precedence context values; callables are computed when first asked
 BUILTIN_CONTEXT: dict[str, str | Callable[[], str]] = {
@@ -45,10 +54,9 @@ BUILTIN_CONTEXT: dict[str, str | Callable[[], str]] = {
     "deltamq.amqp_port": "5672",
     "deltamq.http_port": "8080",
     "deltamq.memory_high_watermark": default_memory_high_watermark,
+    STORE_TYPE_VARIABLE: system_store.DEFAULT_STORE_TYPE,
+    STORE_PATH_VARIABLE: system_store.DEFAULT_STORE_PATH,
 }
-
-DEFAULT_CONFIG_RESOURCE = "default_config.json"
-REPOSITORY_CONFIG = Path(__file__).resolve().parents[2] / "conf" / "config.json"
 
 
 class SystemConfig(ConfiguredObject):
@@ -66,7 +74,8 @@ class SystemConfig(ConfiguredObject):
         *,
         overrides: Mapping[str, str] | None = None,
         store: DurableConfigurationStore | None = None,
-        initial_records: Iterable[ConfigurationRecord] = (),
+        initial: InitialConfiguration | None = None,
+        overwrite: bool = False,
         namespace_factory: NamespaceFactory | None = None,
     ) -> None:
         super().__init__(None, attributes or {})
@@ -74,10 +83,15 @@ class SystemConfig(ConfiguredObject):
         self.overrides: dict[str, str] = {k: str(v) for k, v in (overrides or {}).items()}
         self.store: DurableConfigurationStore = \
             store if store is not None else MemoryConfigurationStore()
-        self.initial_records = list(initial_records)
+        #: what an empty store is seeded with (and, with ``overwrite``, any store)
+        self.initial = initial
+        self.overwrite = overwrite
+        #: what opening did with the store (None before)
+        self.seeding: Seeding | None = None
         #: builds each virtual host's Namespace (None: the messaging layer's)
         self.namespace_factory = namespace_factory
         self._binding: StoreBinding | None = None
+        self._written: list[ConfigurationRecord] = []
 
     @property
     def broker(self) -> Broker:
@@ -114,17 +128,73 @@ class SystemConfig(ConfiguredObject):
             builtin = BUILTIN_CONTEXT[name] = builtin()
         return builtin
 
+    # -- the configuration store ----------------------------------------------------------
+
+    @property
+    def store_location(self) -> str | None:
+        """Where the store keeps the broker's configuration (None: in memory)."""
+        return system_store.location(self.store)
+
+    def check_node_store(self, node: VirtualHostNode, store_class: type) -> None:
+        """Refuse a node whose data would land in the broker's own store."""
+        where = self.store_location
+        if where is None or not system_store.keeps_data(store_class):
+            return
+        how = system_store.clash(node.store_path, where)
+        if how is not None:
+            raise ConfigurationError(
+                f"{node.label}: storePath '{node.store_path}' {how} the broker's configuration"
+                f" store '{where}' ({STORE_PATH_VARIABLE}); give the node another storePath"
+                " (or another name, if its storePath is the default"
+                " ${deltamq.data_dir}/${this:name})")
+
+    def _describe_store(self) -> str:
+        where = self.store_location
+        return f"the broker's configuration store '{where}'" if where is not None \
+            else "the broker's configuration store (in memory)"
+
     # -- lifecycle ----------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Open the store and the tree.  A configuration the broker cannot open is not
+        kept: what this start wrote to the store is withdrawn, so the next start seeds
+        again (from the corrected file)."""
+        try:
+            super().open()
+        except ConfigurationError:
+            if self._written and self.store_location is not None:
+                self.store.remove([record.id for record in self._written])
+                log.warning("%s: the configuration written from %s is withdrawn, as the"
+                            " broker cannot start from it", self._describe_store(),
+                            self.initial.source if self.initial else "the file")
+            self._written = []
+            raise
 
     def on_open(self) -> None:
         self.store.open()
-        records = self.store.recover()
-        if not records and self.initial_records:
-            self.store.save(self.initial_records)
-            records = self.store.recover()
-        recover(self, records)
+        where = self._describe_store()
+        result = seed(self.store, self.initial, overwrite=self.overwrite, where=where)
+        self.seeding, self._written = result.seeding, result.written
+        self._log_seeding(where, len(result.records))
+        recover(self, result.records)
         self._binding = StoreBinding(self, self.store)
         self._binding.attach()
+
+    def _log_seeding(self, where: str, count: int) -> None:
+        source = self.initial.source if self.initial is not None else "no initial configuration"
+        if self.seeding is Seeding.SEEDED:
+            if self.store_location is None:
+                log.info("%s: configuration from %s (kept in memory: what management changes"
+                         " at broker level is lost at shutdown)", where, source)
+            else:
+                log.info("%s was empty: seeded from %s (%d objects)", where, source, count)
+        elif self.seeding is Seeding.OVERWRITTEN:
+            log.info("%s overwritten from %s (%d objects), as asked (--overwrite-config)",
+                     where, source, count)
+        elif self.seeding is Seeding.RECOVERED:
+            log.info("configuration recovered from %s (%d objects); %s only supplies its"
+                     " context defaults (--overwrite-config to start from it again)",
+                     where, count, source)
 
     def on_close(self) -> None:
         if self._binding is not None:
@@ -138,56 +208,35 @@ def load_system_config(
     context: Mapping[str, str],
     *,
     store: DurableConfigurationStore | None = None,
+    store_type: str | None = "memory",
+    overwrite: bool = False,
     namespace_factory: NamespaceFactory | None = None,
 ) -> SystemConfig:
     """Read a configuration file (None: the default one) and open the tree.
 
-    ``context`` holds the command line's ``-D`` values.  When ``store``
-    already holds records, they are recovered and the file only contributes
-    its context defaults (Broker-J's initial configuration is used once).
+    ``context`` holds the command line's ``-D`` values.  The broker-level
+    configuration is kept in ``store``, else in a new store of ``store_type``
+    (a ``deltamq.stores`` plugin) at ``${deltamq.config_store_path}``;
+    ``store_type=None`` takes the type from ``${deltamq.config_store_type}``
+    (what ``deltamq serve`` does; default ``delta``).  The default ``memory``
+    keeps it for this process only (tests, embedding).  An empty store is
+    seeded from the file; one that holds a configuration is used as it is,
+    the file contributing only its context defaults, unless ``overwrite``
+    (Broker-J's initial configuration, and its "overwrite store" option).
     Raises :class:`ConfigurationError` naming what is wrong.
     """
-    data = read_configuration(config_path)
-    defaults = data.pop("context", {})
-    if not isinstance(defaults, Mapping):
-        raise ConfigurationError("the configuration's 'context' must be an object")
-    records = records_from_tree("Broker", data,
-                                stop_at=frozenset({"VirtualHostNode", "AuthenticationProvider"}))
-    system = SystemConfig({"context": {k: str(v) for k, v in defaults.items()}},
-                          overrides=context, store=store, initial_records=records,
+    initial = read_initial_configuration(config_path)
+    system = SystemConfig({"context": dict(initial.context)}, overrides=context, store=store,
+                          initial=initial, overwrite=overwrite,
                           namespace_factory=namespace_factory)
-    system.open()
+    if store is None:
+        type_name = system.resolve(store_type if store_type is not None
+                                   else "${" + STORE_TYPE_VARIABLE + "}")
+        system.store = system_store.create_store(
+            type_name, system.resolve("${" + STORE_PATH_VARIABLE + "}"))
+    try:
+        system.open()
+    except BaseException:
+        system.close()
+        raise
     return system
-
-
-def read_configuration(config_path: str | None) -> dict[str, Any]:
-    """The JSON object in ``config_path``, or the default configuration."""
-    if config_path is None:
-        text, source = default_configuration_text(), "default configuration"
-    else:
-        try:
-            text, source = Path(config_path).read_text(encoding="utf-8"), config_path
-        except OSError as exc:
-            raise ConfigurationError(f"cannot read configuration {config_path}:"
-                                     f" {exc.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigurationError(f"{source}: invalid JSON at line {exc.lineno} column"
-                                 f" {exc.colno}: {exc.msg}") from None
-    if not isinstance(data, dict):
-        raise ConfigurationError(f"{source}: the configuration must be a JSON object")
-    return data
-
-
-def default_configuration_text() -> str:
-    """conf/config.json, through the package's link to it (see module docstring)."""
-    packaged = resources.files("broker.model").joinpath(DEFAULT_CONFIG_RESOURCE)
-    try:
-        text = packaged.read_text(encoding="utf-8")
-    except OSError:
-        text = ""
-    if text.lstrip().startswith("{"):
-        return text
-    # A checkout without symbolic links holds the link's target path as text.
-    return REPOSITORY_CONFIG.read_text(encoding="utf-8")

@@ -76,7 +76,12 @@ class VirtualHostNode(ConfiguredObject):
         return hosts[0] if hosts else None
 
     def validate(self) -> None:
-        registry.load_plugin(registry.STORE_GROUP, self.type, what="virtual host node type")
+        store_class = registry.load_plugin(registry.STORE_GROUP, self.type,
+                                           what="virtual host node type")
+        # the root (SystemConfig) refuses a storePath that is its own store's
+        check_node_store = getattr(self.root, "check_node_store", None)
+        if check_node_store is not None:
+            check_node_store(self, store_class)
 
     def on_open(self) -> None:
         store_class = registry.load_plugin(registry.STORE_GROUP, self.type,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.errors import ConfigurationError
 from broker.messaging.message import Message, MessageProperties
 from broker.model import load_system_config
 from broker.model.config_store import ConfigurationRecord
@@ -113,3 +114,65 @@ def test_durable_topology_survives_a_restart_of_the_model(tmp_path: Path) -> Non
     assert [q.name for q in ns.route("orders", message)] == ["billing"]
     assert vhost.child("Queue", "billing") is not None      # and it is in the model tree
     system.close()
+
+
+def _serve_config(tmp_path: Path, nodes: list[dict[str, object]]) -> Path:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "name": "b", "authenticationproviders": [{"name": "anon", "type": "Anonymous"}],
+        "ports": [{"name": "amqp", "port": "${test.port}", "authenticationProvider": "anon"}],
+        "virtualhostnodes": nodes, "context": {"test.port": "5999"}}))
+    return config
+
+
+def test_the_broker_configuration_is_a_delta_table_under_the_data_dir(tmp_path: Path) -> None:
+    """What `deltamq serve` does: store_type=None, the default `delta` store."""
+    config = _serve_config(tmp_path, [{"name": "node", "type": "delta"}])
+    context = {"deltamq.data_dir": str(tmp_path / "data")}
+    system = load_system_config(str(config), context, store_type=None)
+    assert isinstance(system.store, DeltaConfigurationStore)
+    extra = system.broker.create_child("Port", {"name": "extra", "port": 6001,
+                                                "authenticationProvider": "anon"})
+    system.close()
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(tmp_path / "data" / "broker" / "config"))
+    rows = table.to_pyarrow_table().to_pylist()
+    assert {row["category"] for row in rows} == {"Broker", "AuthenticationProvider", "Port",
+                                                 "VirtualHostNode"}
+    assert {json.loads(row["attributes"])["port"] for row in rows if row["category"] == "Port"} \
+        == {"${test.port}", 6001}
+
+    system = load_system_config(str(config), {**context, "test.port": "6002"}, store_type=None)
+    ports = {port.name: port for port in system.broker.ports()}
+    assert ports["extra"].id == extra.id and ports["amqp"].port == 6002
+    assert system.broker.find_virtual_host("node") is not None
+    system.close()
+
+
+def test_an_old_node_named_broker_is_not_taken_for_the_broker_configuration(
+        tmp_path: Path) -> None:
+    """A data dir from before the broker's store, with a node called 'broker' in it."""
+    node_store = DeltaConfigurationStore(str(tmp_path / "data" / "broker"))
+    node_store.open()
+    node_store.save([ConfigurationRecord("vh", "VirtualHost", None, {"name": "broker"})])
+    node_store.close()
+    config = _serve_config(tmp_path, [{"name": "broker", "type": "delta"}])
+    with pytest.raises(ConfigurationError, match=r"configuration store '.*/data/broker' holds"
+                                                 " VirtualHost records, not a broker's"
+                                                 " configuration"):
+        load_system_config(str(config), {"deltamq.data_dir": str(tmp_path / "data")},
+                           store_type=None)
+    assert _records(_reopened(tmp_path / "data" / "broker")).keys() == {"vh"}   # untouched
+    # elsewhere, it starts: the node is found where it always was
+    system = load_system_config(str(config), {
+        "deltamq.data_dir": str(tmp_path / "data"),
+        "deltamq.config_store_path": str(tmp_path / "broker-config")}, store_type=None)
+    assert system.broker.find_virtual_host("broker") is not None
+    system.close()
+
+
+def _reopened(path: Path) -> DeltaConfigurationStore:
+    store = DeltaConfigurationStore(str(path))
+    store.open()
+    return store

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from lakehouse.delta_table import AppendOnlyTable
@@ -79,3 +82,54 @@ def test_vacuum_deletes_files_compacted_away_once_retention_has_passed(tmp_path:
     maintenance.vacuum()
     assert len(list(table.path.glob("*.parquet"))) == 1
     assert all_ids(table) == list(range(6))
+
+
+def _age(path: Path, hours: float) -> None:
+    then = time.time() - hours * 3600
+    os.utime(path, (then, then))
+
+
+def test_files_stay_for_the_retention_after_their_tombstones_expire(tmp_path: Path) -> None:
+    # checkpoints keep tombstones 1 s; files must stay for the retention (1 h) after removal
+    table = AppendOnlyTable(tmp_path / "t", SCHEMA,
+                            properties={"delta.deletedFileRetentionDuration": "interval 1 seconds"})
+    table.open()
+    for i in range(4):
+        table.append(batch(i, 1))
+    old = sorted(table.path.glob("*.parquet"))
+    for path in old:
+        _age(path, 2)                              # written two hours ago ...
+    maintenance = TableMaintenance(table, compact_min_files=2, retention_hours=1)
+    assert maintenance.compact() == 4              # ... removed now
+    time.sleep(1.1)
+    maintenance.checkpoint()
+    checkpoint = pq.read_table(next((table.path / "_delta_log").glob("*.checkpoint.parquet")))
+    assert checkpoint.column("remove").null_count == checkpoint.num_rows   # tombstones expired
+    assert maintenance.vacuum_local() == 0         # removed a moment ago: a reader may still need them
+    assert all(path.exists() for path in old)
+    # a restarted upkeep no longer knows when they were removed: it goes by their age
+    table.append(batch(10, 1))
+    fresh = TableMaintenance(table, compact_min_files=2, retention_hours=1)
+    assert fresh.compact() == 2                    # the compacted file and the new one
+    time.sleep(1.1)
+    fresh.checkpoint()
+    restarted = TableMaintenance(table, retention_hours=1)
+    assert restarted.vacuum_local() == 4           # the four old files; the two just removed stay
+    assert not any(path.exists() for path in old)
+    assert len(list(table.path.glob("*.parquet"))) == 3
+    assert all_ids(table) == [0, 1, 2, 3, 10]
+
+
+def test_vacuum_keeps_live_and_new_files(tmp_path: Path) -> None:
+    table = AppendOnlyTable(tmp_path / "t", SCHEMA)
+    table.open()
+    for i in range(3):
+        table.append(batch(i, 1))
+    for path in table.path.glob("*.parquet"):
+        _age(path, 5)                              # old, but live
+    stray = table.path / "part-uncommitted-c000.snappy.parquet"
+    stray.write_bytes(b"being written")            # a writer's file before its commit
+    assert TableMaintenance(table, retention_hours=1).vacuum_local() == 0
+    _age(stray, 2)                                 # left behind by a crash long ago
+    assert TableMaintenance(table, retention_hours=1).vacuum_local() == 1
+    assert all_ids(table) == [0, 1, 2]

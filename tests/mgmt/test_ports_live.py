@@ -166,9 +166,6 @@ def stop_keeping_data(process: DeltaMQProcess) -> None:
     process.proc.wait(timeout=20)
 
 
-@pytest.mark.xfail(strict=True, reason="`deltamq serve` keeps the broker-level configuration"
-                                       " (ports, providers, nodes) in a memory store: what"
-                                       " REST creates at that level is gone after a restart")
 def test_a_port_created_over_rest_listens_again_after_a_restart() -> None:
     process = start_broker()
     try:

@@ -58,8 +58,9 @@ def fake_server(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
     calls: list[tuple[Any, ...]] = []
     module = types.ModuleType("broker.server")
 
-    def serve(config_path: str | None, context: dict[str, str], log_level: str) -> int:
-        calls.append((config_path, context, log_level))
+    def serve(config_path: str | None, context: dict[str, str], log_level: str, *,
+              overwrite_config: bool = False) -> int:
+        calls.append((config_path, context, log_level, overwrite_config))
         return 3
 
     module.serve = serve  # type: ignore[attr-defined]
@@ -75,13 +76,29 @@ def test_serve_passes_options_as_context(fake_server: list[tuple[Any, ...]],
     assert code == 3
     assert fake_server == [("my.json", {"a.b": "c=d", "deltamq.data_dir": "/srv/mq",
                                         "deltamq.amqp_port": "5673",
-                                        "deltamq.http_port": "0"}, "DEBUG")]
+                                        "deltamq.http_port": "0"}, "DEBUG", False)]
 
 
 def test_serve_defaults(fake_server: list[tuple[Any, ...]],
                         capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["serve"], capsys)[0] == 3
-    assert fake_server == [(None, {}, "INFO")]
+    assert fake_server == [(None, {}, "INFO", False)]
+
+
+def test_serve_store_type_is_a_context_variable_and_overwrite_a_flag(
+        fake_server: list[tuple[Any, ...]], capsys: pytest.CaptureFixture[str]) -> None:
+    run(["serve", "--store-type", "memory", "-D", "deltamq.config_store_type=delta"], capsys)
+    run(["serve", "--config", "new.json", "--overwrite-config"], capsys)
+    assert fake_server == [(None, {"deltamq.config_store_type": "memory"}, "INFO", False),
+                           ("new.json", {}, "INFO", True)]
+
+
+def test_serve_help_explains_initial_and_stored_configuration(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    text = " ".join(help_text(["serve"], capsys).split())
+    for documented in ("--overwrite-config", "--store-type TYPE", "deltamq.config_store_type",
+                       "initial configuration", "DIR/broker/config"):
+        assert documented in text
 
 
 @pytest.mark.parametrize("argv", [["serve", "-D", "novalue"], ["serve", "--amqp-port", "70000"],
