@@ -155,6 +155,7 @@ class AppendOnlyTable:
         #: local tables: the figures of the newest version's checksum file (None: none written)
         self._checksum: TableChecksum | None = None
         self._checksum_lock = threading.Lock()
+        self._deferred_checksum: tuple[int, list[dict[str, Any]]] | None = None
 
     @property
     def path(self) -> Path:
@@ -206,8 +207,13 @@ class AppendOnlyTable:
         with self._lock:
             self._version = max(self._version, version)
 
-    def append(self, rows: pa.Table) -> int:
-        """Commit ``rows`` as one Delta commit, fsync it, return the new version."""
+    def append(self, rows: pa.Table, *, defer_checksum: bool = False) -> int:
+        """Commit ``rows`` as one Delta commit, fsync it, return the new version.
+
+        With ``defer_checksum`` the commit's checksum file is written by the
+        next :meth:`write_deferred_checksum` (after the caller has answered
+        whoever waits for the commit) rather than before this returns.
+        """
         assert self._version >= 0, "table not open"
         if rows.schema != self.schema:
             rows = rows.cast(self.schema)
@@ -226,7 +232,7 @@ class AppendOnlyTable:
                                                  "numOutputRows": str(rows.num_rows)}}},
             {"add": self.add_action(name, rows, data_change=True, now_ms=now_ms)},
         ]
-        version = self.commit_actions(actions, sync_first=(data,))
+        version = self.commit_actions(actions, sync_first=(data,), defer_checksum=defer_checksum)
         self._commits_since_checkpoint += 1
         if self._commits_since_checkpoint >= self.checkpoint_interval:
             self._commits_since_checkpoint = 0
@@ -278,7 +284,8 @@ class AppendOnlyTable:
                 "modificationTime": now_ms, "dataChange": data_change,
                 "stats": json.dumps(stats, separators=(",", ":"))}
 
-    def commit_actions(self, actions: list[dict[str, Any]], sync_first: tuple[Path, ...] = ()) -> int:
+    def commit_actions(self, actions: list[dict[str, Any]], sync_first: tuple[Path, ...] = (), *,
+                       defer_checksum: bool = False) -> int:
         """Write ``actions`` as the next free version (put-if-absent), fsynced; the version.
 
         Safe to call from two threads (the appender and the maintenance thread):
@@ -314,8 +321,17 @@ class AppendOnlyTable:
         fsync_path(log_dir)                     # the commit file's name
         with self._lock:
             self._version = max(self._version, version)
-        self._write_checksum(version, actions)
+        if defer_checksum:
+            self._deferred_checksum = (version, actions)
+        else:
+            self._write_checksum(version, actions)
         return version
+
+    def write_deferred_checksum(self) -> None:
+        """Write the checksum file of the commit :meth:`append` deferred it for, if any."""
+        deferred, self._deferred_checksum = self._deferred_checksum, None
+        if deferred is not None:
+            self._write_checksum(*deferred)
 
     def _start_checksums(self) -> None:
         """Read the table's log once, to write a checksum file with each commit from now on."""

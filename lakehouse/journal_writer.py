@@ -245,7 +245,7 @@ def serve(table: AppendOnlyTable, encoder: RowEncoder, requests: BinaryIO, repli
         try:
             rows = encoder.table(pickle.loads(payload))
             started = time.perf_counter()
-            table.append(rows)
+            table.append(rows, defer_checksum=True)
             took = time.perf_counter() - started
             if took > SLOW_COMMIT:
                 log.warning("commit of group %d (%d rows) took %.0f ms", number, rows.num_rows, took * 1000)
@@ -256,6 +256,7 @@ def serve(table: AppendOnlyTable, encoder: RowEncoder, requests: BinaryIO, repli
         else:
             replies.write(REPLY.pack(number, 0))
         replies.flush()
+        table.write_deferred_checksum()          # after the answer: confirms never wait for it
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -159,7 +159,7 @@ class TableMaintenance:
             written = state.write_checkpoint()
             # a reader of a version before the checkpoint is a time-travel read, which
             # does without a checksum file: drop theirs, by name (no listing of the log)
-            for version in range(max(previous, 0, written - 10 * self.table.checkpoint_interval), written):
+            for version in range(max(previous, 0), written):
                 with contextlib.suppress(FileNotFoundError):
                     checksum_file(state.log_dir, version).unlink()
 

@@ -95,7 +95,7 @@ def test_checkpoints_drop_the_checksums_before_them(tmp_path: Path) -> None:
         table.append(batch(i, 1))
     log_dir = table.path / "_delta_log"
     maintenance = TableMaintenance(table)
-    maintenance.checkpoint()                 # the first: it drops up to the last 10 intervals' worth
+    maintenance.checkpoint()                 # the first: it drops those of every earlier version
     for i in range(5):
         table.append(batch(100 + i, 1))
     maintenance.checkpoint()
@@ -136,3 +136,14 @@ def test_delta_spark_reads_our_checksums(tmp_path: Path, spark) -> None:  # type
     assert (rows[0], rows[1]) == (65, 64)
     detail = spark.sql(f"DESCRIBE DETAIL delta.`{table.path}`").collect()[0]
     assert detail["numFiles"] == delta_rs_figures(table)[0]
+
+
+def test_the_journal_writer_writes_a_commits_checksum_after_answering(tmp_path: Path) -> None:
+    table = AppendOnlyTable(tmp_path / "t", SCHEMA)
+    table.open()
+    version = table.append(batch(0, 3), defer_checksum=True)
+    log_dir = table.path / "_delta_log"
+    assert not checksum_file(log_dir, version).exists()
+    table.write_deferred_checksum()
+    assert crc(table, version)["numFiles"] == 1
+    table.write_deferred_checksum()                  # nothing left to write: no-op
