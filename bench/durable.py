@@ -220,9 +220,10 @@ class Options:
     producer_procs: int = 1
     drain_timeout: float = 60.0
     visibility_samples: int = 20
-    #: D3 queries run before the samples: a Spark session's first queries also pay for the
-    #: JVM compiling Spark's and Delta's code (a notebook's session is long past that)
-    visibility_warmup: int = 10
+    #: D3 samples taken first and not counted: a Spark session's first queries also pay for
+    #: the JVM compiling Spark's and Delta's code, and each new query text for compiling its
+    #: generated classes, over ~30 queries (a notebook's session in use is long past that)
+    visibility_warmup: int = 30
     visibility_timeout: float = 30.0
     recovery_messages: int = 1_000_000
     recovery_window: int = 5000
@@ -689,18 +690,9 @@ def run_visibility(broker: DeltaMQ, opt: Options, spark_holder: dict) -> dict:
                              f"AND properties['message_id'] = '{marker}'"
                              ).collect()[0][0]
 
-        t0 = perf_counter()
-        probe_sent = time.time() - 60
-        warm = [query(f"bench-d3-{run_id}-probe", probe_sent)
-                for _ in range(max(1, opt.visibility_warmup))]
-        res["warmup_queries"] = len(warm)
-        res["warmup_s"] = round(perf_counter() - t0, 2)
-        if not warm[-1]:
-            lg("    note: the probe message's row is not visible in the journal table (yet)")
         samples, first_seen, queries, qtimes = [], [], [], []
-        watch = CpuWatch()
-        for i in range(opt.visibility_samples):
-            marker = f"bench-d3-{run_id}-{i}"
+
+        def sample(marker: str) -> None:
             sent = time.time()
             t_conf = loop.run_until_complete(publish(marker))
             n_q = 0
@@ -714,12 +706,25 @@ def run_visibility(broker: DeltaMQ, opt: Options, spark_holder: dict) -> dict:
                     samples.append(qe - t_conf)
                     first_seen.append(max(0.0, qs - t_conf))
                     queries.append(n_q)
-                    break
+                    return
                 if qe - t_conf > opt.visibility_timeout:
-                    lg(f"    sample {i}: not visible after {opt.visibility_timeout:.0f} s")
+                    lg(f"    {marker}: not visible after {opt.visibility_timeout:.0f} s")
                     res.setdefault("timeouts", 0)
                     res["timeouts"] += 1
-                    break
+                    return
+
+        # warm-up: the same procedure, not counted (see Options.visibility_warmup)
+        t0 = perf_counter()
+        for i in range(opt.visibility_warmup):
+            sample(f"bench-d3-{run_id}-warm-{i}")
+        res["warmup_queries"] = len(qtimes)
+        res["warmup_s"] = round(perf_counter() - t0, 2)
+        res["warmup_all_s"] = [round(x, 3) for x in samples]
+        samples.clear(), first_seen.clear(), queries.clear(), qtimes.clear()
+        res.pop("timeouts", None)
+        watch = CpuWatch()
+        for i in range(opt.visibility_samples):
+            sample(f"bench-d3-{run_id}-{i}")
         res["cpu"] = watch.result(broker.pid)
         try:
             d = spark.sql(f"DESCRIBE DETAIL delta.`{tbl}`").collect()[0].asDict()
@@ -1218,7 +1223,8 @@ def notes(results: dict, wids: list[str]) -> list[str]:
                    f"{w3.get('active_files', '?')} active data files ({tbl.get('parquet_files')} parquet "
                    f"files on disk); SparkSession "
                    f"start {w3.get('spark_start_s')} s and {w3.get('warmup_queries', 3)} warm-up "
-                   f"queries, not counted"
+                   f"queries, each after its own publish like the samples, not counted (their "
+                   f"latencies, in order: {w3.get('warmup_all_s')})"
                    + (f"; runtime confs {w3['spark_conf']}" if w3.get("spark_conf") else "")
                    + (f"; {w3['timeouts']} samples timed out" if w3.get("timeouts") else ""))
     elif w3 and w3.get("available") is False:
@@ -1294,7 +1300,7 @@ def parser() -> argparse.ArgumentParser:
                     help="D4 messages (default 1,000,000; --quick 100,000)")
     ap.add_argument("--visibility-samples", type=int, default=None, help="D3 samples (default 20)")
     ap.add_argument("--visibility-warmup", type=int, default=None,
-                    help="D3 queries before the samples, not counted (default 10)")
+                    help="D3 samples taken first, not counted (default 30)")
     ap.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                     help="D3: a runtime Spark SQL conf for the polling session, e.g. "
                          "spark.databricks.delta.snapshotPartitions=2 (repeatable; default none)")
@@ -1332,6 +1338,7 @@ def options(a: argparse.Namespace) -> Options:
                 spark_conf=a.spark_conf)
     if a.quick:
         o.duration, o.warmup, o.visibility_samples, o.recovery_messages = 3.0, 2.0, 5, 100_000
+        o.visibility_warmup = 5
         o.drain_timeout, o.recovery_stall, o.lat_warmup = 30.0, 10.0, 1.0
     for k, attr in (("duration", "duration"), ("warmup", "warmup"), ("inflight", "inflight"),
                     ("prefetch", "prefetch"), ("recovery_messages", "recovery_messages"),
