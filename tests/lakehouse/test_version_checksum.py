@@ -26,6 +26,19 @@ def crc(table: AppendOnlyTable, version: int) -> dict:
     return json.loads(checksum_file(table.path / "_delta_log", version).read_text())
 
 
+def appended_then_compacted_by_another(path: Path, commits: int) -> tuple[AppendOnlyTable, AppendOnlyTable]:
+    """``commits`` appends, then a compaction through a table object of its own (as the upkeep
+    process makes them); (the appender's table, the compacting one)."""
+    table = AppendOnlyTable(path, SCHEMA)
+    table.open()
+    for i in range(commits):
+        table.append(batch(i * 10, 10))
+    other = AppendOnlyTable(path, SCHEMA)
+    other.open()
+    assert TableMaintenance(other, compact_min_files=4).compact() == commits
+    return table, other
+
+
 def delta_rs_figures(table: AppendOnlyTable) -> tuple[int, int]:
     adds = pa.table(DeltaTable(str(table.path)).get_add_actions(flatten=True))
     return adds.num_rows, sum(adds.column("size_bytes").to_pylist())
@@ -45,14 +58,7 @@ def test_each_commit_has_a_checksum_with_the_tables_figures(tmp_path: Path) -> N
 
 
 def test_commits_of_another_writer_in_between_are_counted(tmp_path: Path) -> None:
-    table = AppendOnlyTable(tmp_path / "t", SCHEMA)
-    table.open()
-    for i in range(12):
-        table.append(batch(i * 10, 10))
-    # the upkeep process compacts through a table object of its own
-    other = AppendOnlyTable(tmp_path / "t", SCHEMA)
-    other.open()
-    assert TableMaintenance(other, compact_min_files=4).compact() == 12
+    table, other = appended_then_compacted_by_another(tmp_path / "t", 12)
     version = table.append(batch(1000, 3))
     assert version == other.version + 1
     found = crc(table, version)
@@ -117,13 +123,7 @@ def spark() -> object:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_delta_spark_reads_our_checksums(tmp_path: Path, spark) -> None:  # type: ignore[no-untyped-def]
-    table = AppendOnlyTable(tmp_path / "t", SCHEMA)
-    table.open()
-    for i in range(6):
-        table.append(batch(i * 10, 10))
-    other = AppendOnlyTable(tmp_path / "t", SCHEMA)
-    other.open()
-    TableMaintenance(other, compact_min_files=4).compact()
+    table, _ = appended_then_compacted_by_another(tmp_path / "t", 6)
     version = table.append(batch(60, 5))
     jvm = spark._jvm
     delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(table.path))
