@@ -70,23 +70,26 @@ class Broker(ConfiguredObject):
 
     @derived(int, statistic=True, description="Connections open on every virtual host")
     def connection_count(self) -> int:
-        return sum(int(vhost.connection_count) for vhost in self.virtual_hosts)
+        return self._summed_over_hosts("connection_count")
 
     @derived(int, counter=True, description="Messages published into every virtual host")
     def messages_in(self) -> int:
-        return sum(int(vhost.messages_in) for vhost in self.virtual_hosts)
+        return self._summed_over_hosts("messages_in")
 
     @derived(int, counter=True, description="Body bytes published into every virtual host")
     def bytes_in(self) -> int:
-        return sum(int(vhost.bytes_in) for vhost in self.virtual_hosts)
+        return self._summed_over_hosts("bytes_in")
 
     @derived(int, counter=True, description="Deliveries from every queue")
     def messages_out(self) -> int:
-        return sum(int(vhost.messages_out) for vhost in self.virtual_hosts)
+        return self._summed_over_hosts("messages_out")
 
     @derived(int, counter=True, description="Body bytes delivered from every queue")
     def bytes_out(self) -> int:
-        return sum(int(vhost.bytes_out) for vhost in self.virtual_hosts)
+        return self._summed_over_hosts("bytes_out")
+
+    def _summed_over_hosts(self, statistic: str) -> int:
+        return sum(int(getattr(vhost, statistic)) for vhost in self.virtual_hosts)
 
     def validate(self) -> None:
         if self.heartbeat_delay < 0:

@@ -33,13 +33,14 @@ def unique(kind: str) -> str:
     return f"mgmt.{kind}.{uuid.uuid4().hex[:12]}"
 
 
-def publish(amqp: BrokerEndpoint, queue: str, bodies: list[bytes], persistent: bool = False,
-            **properties: Any) -> None:
+def publish(amqp: BrokerEndpoint, routing_key: str, bodies: list[bytes], persistent: bool = False,
+            exchange: str = "", **properties: Any) -> None:
+    """Publish ``bodies`` with confirms (to a queue by name through the default exchange)."""
     with amqp.pika() as connection:
         channel = connection.channel()
         channel.confirm_delivery()
         for body in bodies:
-            channel.basic_publish("", queue, body, pika.BasicProperties(
+            channel.basic_publish(exchange, routing_key, body, pika.BasicProperties(
                 delivery_mode=2 if persistent else 1, **properties))
 
 
@@ -154,17 +155,11 @@ def test_bind_and_unbind_route_what_clients_publish(api: Api, amqp: BrokerEndpoi
                            {"destination": queue, "bindingKey": key})) is True
     assert api.ok(api.post("exchange/default/default/amq.direct/bind",
                            {"destination": queue, "bindingKey": key})) is False
-    with amqp.pika() as connection:
-        channel = connection.channel()
-        channel.confirm_delivery()
-        channel.basic_publish("amq.direct", key, b"routed")
+    publish(amqp, key, [b"routed"], exchange="amq.direct")
     assert drain(amqp, queue) == [b"routed"]
     assert api.ok(api.post("exchange/default/default/amq.direct/unbind",
                            {"destination": queue, "bindingKey": key})) is True
-    with amqp.pika() as connection:
-        channel = connection.channel()
-        channel.confirm_delivery()
-        channel.basic_publish("amq.direct", key, b"lost")
+    publish(amqp, key, [b"lost"], exchange="amq.direct")
     assert drain(amqp, queue) == []
     missing = api.post("exchange/default/default/amq.direct/bind", {"destination": "nowhere"})
     assert missing.status_code == 422 and "'destination'" in missing.text
