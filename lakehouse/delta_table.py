@@ -1,7 +1,7 @@
 """An append-only Delta table that is durable when ``append`` returns.
 
 The only module that imports ``deltalake`` (delta-rs).  Facts measured on
-these machines (../shared/notes/lakehouse-facts.md, and our own profiling)
+these machines (delta-rs and Delta Spark measurements, and our own profiling)
 shape it:
 
 * delta-rs does not fsync.  After each commit we fsync the new data file, the

@@ -5,7 +5,7 @@ jars are not on PyPI: the project fetches ``io.delta:delta-spark_2.13`` (the
 version of the installed ``delta-spark`` package) and its dependencies from
 Maven Central into ``~/.m2`` with ``mvn dependency:get``; Spark's Ivy resolver
 reads ``~/.m2`` first, so ``spark.jars.packages`` then resolves offline
-(../shared/notes/lakehouse-facts.md).
+(as measured on our machines).
 
 Views registered in every session built with a data directory, over every
 virtual host node found in it (a column ``node`` tells them apart):

@@ -1,6 +1,6 @@
 """AMQP 1.0 link termini: what the link registry must remember about links.
 
-Broker-J's Link Registry design (../shared/seeds/, "Link Registry Design"):
+Broker-J's Link Registry design (its "Link Registry Design" document):
 the tuple (remote container id, link name) identifies a link on each side
 (sending or receiving, from the broker's point of view); the terminus (the
 broker's source for a sending link, its target for a receiving link) outlives
