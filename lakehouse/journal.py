@@ -21,6 +21,26 @@ read; the group is marked durable and its waiters -- publisher confirms,
 tx.commit-ok -- run.  If the writer process dies, the group in flight fails
 (its publishers are nacked) and a new writer is started.
 
+When a commit fails
+-------------------
+(disk full, read-only file system, the writer died): the group's waiters see
+its :attr:`JournalGroup.error` -- publishers are nacked, tx.commit fails, and
+the messages it would have enqueued are dropped by their queues, which held
+them until the commit (see :mod:`broker.messaging.queue`).  Settlements are
+not given up: the group's ``settle``, ``requeue`` and ``queue_deleted`` rows
+outside transactions are kept (one per queue, message and event, so memory
+stays bounded by the messages the broker holds anyway) and re-committed with
+the next group until a commit succeeds, so once the disk has room again a
+restart never brings back an acknowledged message.  Should the broker stop
+before that, those messages come back at the next start, redelivered (AMQP's
+at-least-once; nothing is lost).  Rows of transactions are not kept: their
+engine undoes the transaction (0-9-1: tx.commit fails, the acknowledged
+messages return to their queues).  ``deliver`` rows are dropped: they only
+decide the redelivered flag after a restart.  While commits fail, the next
+attempt waits :data:`RETRY_DELAY`, so a full disk costs a few commits a
+second, not a busy loop.  The journal logs once when commits start failing
+and once when they succeed again, not once per failure.
+
 Before the loop is attached (start-up, tests) and after it is gone
 (shut-down), open groups are committed in-process, synchronously.
 
@@ -81,6 +101,10 @@ HISTORY_RETENTION_HOURS = int(os.environ.get("DELTAMQ_JOURNAL_RETENTION_HOURS", 
 #: Delta's own history of the journal (time travel; how far a Spark stream may fall behind), hours
 LOG_RETENTION_HOURS = int(os.environ.get("DELTAMQ_JOURNAL_LOG_RETENTION_HOURS", "1"))
 _RECOVERY_LOG_EVERY = 200_000
+#: seconds between commit attempts while commits fail (DELTAMQ_JOURNAL_RETRY_MS)
+RETRY_DELAY = float(os.environ.get("DELTAMQ_JOURNAL_RETRY_MS", "250")) / 1000
+#: the events a failed commit keeps for the next one (outside transactions)
+_KEPT_EVENTS = frozenset((SETTLE, REQUEUE, QUEUE_DELETED))
 
 
 class JournalGroup:
@@ -136,9 +160,14 @@ class DeltaMessageJournal:
         self._tx: int | None = None
         self._wall_offset = time.time() - time.monotonic()   # monotonic arrival -> wall clock
         self._encoder = RowEncoder(vhost)     # for commits made in this process
+        # rows of failed commits to commit again: (event, queue, message id) -> row
+        self._kept: dict[tuple[str, str, int], Row] = {}
+        #: why commits fail, from the first failure until one succeeds again (None: they succeed)
+        self.failure: BaseException | None = None
         # statistics
         self.commits = 0
         self.committed_rows = 0
+        self.failed_commits = 0
 
     # -- lifetime ------------------------------------------------------------------
 
@@ -208,13 +237,15 @@ class DeltaMessageJournal:
             self.table.open()                   # the writer moved the table on: catch up
         self._loop = None
         group = self._group
-        if group:
+        if group or self._kept:
             self._group = JournalGroup(group.number + 1)
             group.seal()
+            self._take_kept(group)
             try:
                 self._commit(group)
-            except Exception:
-                log.exception("journal: final commit of %d rows failed", len(group.rows))
+            except Exception as exc:
+                log.error("journal of virtual host '%s': the final commit of %d rows failed: %s",
+                          self.vhost, len(group.rows), exc)
         self.table.close()
 
     # -- MessageJournal (event loop) ------------------------------------------------
@@ -283,10 +314,11 @@ class DeltaMessageJournal:
     def _hand_off(self) -> None:
         self._scheduled = False
         group = self._group
-        if self._in_flight is not None or not group or self._writer is None:
+        if self._in_flight is not None or not (group or self._kept) or self._writer is None:
             return
         self._group = JournalGroup(group.number + 1)
         group.seal()
+        self._take_kept(group)
         self._in_flight = group
         # the writer process builds the Arrow table: the loop only pickles plain values
         payload = pickle.dumps(self._plain(group.rows), protocol=pickle.HIGHEST_PROTOCOL)
@@ -350,7 +382,7 @@ class DeltaMessageJournal:
                 if len(buffer) - end - ERROR_LENGTH.size < length:
                     break
                 text = buffer[end + ERROR_LENGTH.size:end + ERROR_LENGTH.size + length]
-                error = OSError(f"journal commit failed: {text.decode('utf-8', 'replace')}")
+                error = OSError(f"journal: {text.decode('utf-8', 'replace')}")
                 end += ERROR_LENGTH.size + length
             offset = end
             group = self._in_flight
@@ -380,14 +412,41 @@ class DeltaMessageJournal:
         if error is None:
             self.commits += 1
             self.committed_rows += len(group.rows)
+            if self.failure is not None:
+                log.warning("journal of virtual host '%s': commits succeed again (%d failed)",
+                            self.vhost, self.failed_commits)
+                self.failure = None
+        else:
+            self._keep(group)
+            self.failed_commits += 1
+            if self.failure is None:
+                self.failure = error
+                log.error("journal of virtual host '%s': commits failing: %s", self.vhost, error)
         callbacks, group.callbacks = group.callbacks, []
         for callback in callbacks:
             try:
                 callback()
             except Exception:
                 log.exception("journal: a durability callback failed")
-        if self._group and not self._scheduled:
-            self._hand_off()
+        if (self._group or self._kept) and not self._scheduled:
+            if self.failure is None:
+                self._hand_off()
+            elif self._loop is not None:          # not a busy loop against a full disk
+                self._scheduled = True
+                self._loop.call_later(RETRY_DELAY, self._hand_off)
+
+    def _keep(self, group: JournalGroup) -> None:
+        """Keep the settlements of a failed group (not of transactions) for the next commit."""
+        kept = self._kept
+        for row in group.rows:
+            if row[0] in _KEPT_EVENTS and row[4] is None:
+                kept[(row[0], row[1], row[2])] = row
+
+    def _take_kept(self, group: JournalGroup) -> None:
+        """Add the rows kept from failed commits to ``group`` (it is about to be committed)."""
+        if self._kept:
+            group.rows.extend(self._kept.values())
+            self._kept = {}
 
     def _commit(self, group: JournalGroup) -> None:
         """Commit ``group`` in this process (no loop attached: start-up, shut-down, tests)."""

@@ -481,6 +481,8 @@ class NamespaceRecords:
         self.store.save([ConfigurationRecord(record_id, category, self.vhost.id, record)])
 
     def object_deleted(self, obj: Any) -> None:
-        record_id = self._ids.pop(self._key(cast("dict[str, Any]", obj.to_record())), None)
+        key = self._key(cast("dict[str, Any]", obj.to_record()))
+        record_id = self._ids.get(key)
         if record_id is not None:
-            self.store.remove([record_id])
+            self.store.remove([record_id])      # kept when this fails: the delete is refused
+            del self._ids[key]
