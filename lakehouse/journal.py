@@ -248,6 +248,11 @@ class DeltaMessageJournal:
                           self.vhost, len(group.rows), exc)
         self.table.close()
 
+    @property
+    def kept_rows(self) -> int:
+        """Rows of failed commits waiting to be committed again (settlements)."""
+        return len(self._kept)
+
     # -- MessageJournal (event loop) ------------------------------------------------
 
     @property
