@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-from broker.errors import BrokerError, ConfigurationError, NotFound
+from broker.errors import BrokerError, ConfigurationError, NotFound, StoreFailed
 from broker.model.attributes import Attribute, attribute, derived, named
 from broker.model.config_store import ConfigurationRecord, DurableConfigurationStore
 from broker.model.configured_object import ConfiguredObject
@@ -215,7 +215,7 @@ class Exchange(NamespaceObject):
         """Namespace refusals (a bad x-match, the default exchange) are invalid input here."""
         try:
             action()
-        except NotFound:
+        except (NotFound, StoreFailed):
             raise
         except BrokerError as exc:
             raise ConfigurationError(f"{self.label}: {exc.text}") from None
