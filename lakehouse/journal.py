@@ -162,6 +162,8 @@ class DeltaMessageJournal:
         self._encoder = RowEncoder(vhost)     # for commits made in this process
         # rows of failed commits to commit again: (event, queue, message id) -> row
         self._kept: dict[tuple[str, str, int], Row] = {}
+        # (queue, message id) of enqueues the broker made itself (dead letters): kept too
+        self._kept_enqueues: set[tuple[str, int]] = set()
         #: why commits fail, from the first failure until one succeeds again (None: they succeed)
         self.failure: BaseException | None = None
         # statistics
@@ -267,7 +269,7 @@ class DeltaMessageJournal:
     def end_transaction(self) -> None:
         self._tx = None
 
-    def enqueued(self, queue: Queue, message: Message) -> None:
+    def enqueued(self, queue: Queue, message: Message, keep: bool = False) -> bool:
         message_id = message.journal_id
         if message_id:
             self._add((ENQUEUE, queue.name, message_id, time.time(), self._tx, None, None, None, None))
@@ -275,6 +277,10 @@ class DeltaMessageJournal:
             message_id = message.journal_id = self._next_message_id
             self._next_message_id = message_id + 1
             self._add((ENQUEUE, queue.name, message_id, time.time(), self._tx, None, None, None, message))
+        if keep and self._tx is None:
+            self._kept_enqueues.add((queue.name, message_id))
+            return True
+        return self._loop is None               # committed in-process later: nothing waits
 
     def delivered(self, entry: QueueEntry) -> None:
         self._group.delivered[(entry.queue.name, entry.message.journal_id)] = (
@@ -417,6 +423,9 @@ class DeltaMessageJournal:
         if error is None:
             self.commits += 1
             self.committed_rows += len(group.rows)
+            if self._kept_enqueues:
+                self._kept_enqueues.difference_update(
+                    (row[1], row[2]) for row in group.rows if row[0] == ENQUEUE)
             if self.failure is not None:
                 log.warning("journal of virtual host '%s': commits succeed again (%d failed)",
                             self.vhost, self.failed_commits)
@@ -442,10 +451,12 @@ class DeltaMessageJournal:
 
     def _keep(self, group: JournalGroup) -> None:
         """Keep the settlements of a failed group (not of transactions) for the next commit."""
-        kept = self._kept
+        kept, enqueues = self._kept, self._kept_enqueues
         for row in group.rows:
-            if row[0] in _KEPT_EVENTS and row[4] is None:
-                kept[(row[0], row[1], row[2])] = row
+            event = row[0]
+            if (event in _KEPT_EVENTS and row[4] is None) or (
+                    event == ENQUEUE and enqueues and (row[1], row[2]) in enqueues):
+                kept[(event, row[1], row[2])] = row
 
     def _take_kept(self, group: JournalGroup) -> None:
         """Add the rows kept from failed commits to ``group`` (it is about to be committed)."""

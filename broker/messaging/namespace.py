@@ -524,8 +524,9 @@ class Namespace:
         copy = dead_lettered(message, queue=queue.name, reason=reason,
                              wall_time=self._wall_clock(), exchange=name,
                              routing_key=settings.dead_letter_routing_key, arrival=self.clock())
+        # kept, not held: the original left its queue already, whatever the journal says
         enqueue_all(copy, [target for target in self._route_graph(exchange, copy)
-                           if not is_cycle(copy, target.name)])
+                           if not is_cycle(copy, target.name)], keep=True)
 
     def queue_unused(self, queue: Queue) -> None:
         """An auto-delete queue lost its last consumer."""

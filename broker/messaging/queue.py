@@ -132,15 +132,16 @@ class QueueHost(Protocol):
     def queue_timed(self, queue: Queue) -> None: ...
 
 
-def enqueue_all(message: Message, queues: Sequence[Queue]) -> bool:
+def enqueue_all(message: Message, queues: Sequence[Queue], *, keep: bool = False) -> bool:
     """Enqueue ``message`` into every queue; False when some queue refused it (reject-publish).
 
     When a durable queue journals the message, the queues that do not (non-durable
     ones) get it only once that journal commit is durable, and never if it fails:
     a publish the broker could not make durable reaches no queue at all.
+    ``keep``: see :meth:`Queue.enqueue`.
     """
     if len(queues) == 1:
-        return queues[0].enqueue(message)
+        return queues[0].enqueue(message, keep=keep)
     accepted = True
     unjournaled: list[Queue] = []
     after: Durability | None = None
@@ -148,8 +149,9 @@ def enqueue_all(message: Message, queues: Sequence[Queue]) -> bool:
         journal = queue.journal
         if not message.persistent or journal is None:
             unjournaled.append(queue)
-        elif queue.enqueue(message):
-            after = journal.pending
+        elif queue.enqueue(message, keep=keep):
+            if not keep:
+                after = journal.pending
         else:
             accepted = False
     for queue in unjournaled:
@@ -258,21 +260,23 @@ class Queue:
 
     # -- publishing --------------------------------------------------------------
 
-    def enqueue(self, message: Message, after: Durability | None = None) -> bool:
+    def enqueue(self, message: Message, after: Durability | None = None, *, keep: bool = False) -> bool:
         """Add ``message``; False when refused by a reject-publish overflow policy.
 
         With the queue empty and a consumer able to take it, the message goes
         straight to that consumer without touching storage.  A persistent
         message this queue journals, or one given ``after`` (the journal group
         another queue journaled it in), is held until that group is durable.
+        ``keep``: the broker itself enqueues it (a dead letter): it is not held,
+        and the journal commits it again should its commit fail (see
+        :meth:`MessageJournal.enqueued`).
         """
         if self._deleted:
             return False
         if self._limited and not self._admit(message):
             return False
         journal = self.journal
-        if journal is not None and message.persistent:
-            journal.enqueued(self, message)
+        if journal is not None and message.persistent and not journal.enqueued(self, message, keep):
             after = journal.pending
         if after is not None or self._arriving:
             self.hold(message, after)

@@ -160,3 +160,30 @@ def test_restore_does_not_journal_and_marks_delivered_messages_redelivered(
     assert got is not None and got.message is first and got.redelivered and got.delivery_count == 2
     got = q.get()
     assert got is not None and got.message is second and not got.redelivered
+
+
+def test_a_dead_letter_is_not_held_and_its_rows_survive_a_failed_commit(
+        ns: Namespace, journal: RecordingJournal) -> None:
+    # the original leaves its queue whatever the journal says: its dead-letter copy must not vanish
+    ns.declare_exchange("dlx", "fanout", durable=True)
+    dlq = durable(ns, "dlq")
+    ns.bind_queue("dlq", "dlx", "")
+    work = durable(ns, "work", **{"x-dead-letter-exchange": "dlx"})
+    work.enqueue(persistent("bad"))
+    journal.complete()
+    work.reject(work.get())                         # type: ignore[arg-type]
+    assert dlq.message_count == 1                    # not held
+    journal.complete(OSError("disk full"))
+    assert dlq.message_count == 1
+
+
+def test_a_held_message_is_dropped_when_its_commit_fails(ns: Namespace, journal: RecordingJournal) -> None:
+    q = durable(ns)
+    consumer = RecordingConsumer()
+    q.add_consumer(consumer)
+    q.enqueue(persistent("lost"))
+    q.enqueue(message("transient behind it"))
+    assert consumer.entries == [] and q.held_count == 2
+    journal.complete(OSError("disk full"))
+    assert [e.message.body for e in consumer.entries] == [b"transient behind it"]
+    assert q.held_count == 0 and q.message_count == 0
