@@ -101,20 +101,3 @@ def test_failed_enqueues_vanish_and_failed_acks_are_committed_later(
     assert bodies(ns2.queues["q"]) == [b"unacked"]
     recovered.close()
 
-
-def test_a_failed_append_leaves_no_file_behind(tmp_path: Path) -> None:
-    ns = Namespace("v")
-    journal = open_journal(tmp_path / "journal", ns)
-    q = ns.declare_queue("q", durable=True)[0]
-    files_before = sorted(p.name for p in (tmp_path / "journal").rglob("*"))
-
-    async def main() -> None:
-        journal.attach_loop(asyncio.get_running_loop())
-        limit_writer(journal, 1)
-        for attempt in range(3):
-            q.enqueue(persistent(b"x" * 10_000))
-            assert (await settled(journal.pending)).error is not None
-
-    asyncio.run(main())
-    journal.close()
-    assert sorted(p.name for p in (tmp_path / "journal").rglob("*")) == files_before
