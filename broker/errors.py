@@ -115,6 +115,16 @@ class InternalError(BrokerError):
     reply_code, reply_name, hard = 541, "INTERNAL_ERROR", True
 
 
+class StoreFailed(BrokerError):
+    """A durable change could not be stored (disk full, read-only): it was not made.
+
+    541 INTERNAL_ERROR, but on the channel only: the connection's other channels,
+    and other connections, keep working (management answers 503).
+    """
+
+    reply_code, reply_name, hard = 541, "INTERNAL_ERROR", False
+
+
 # -- configuration / model errors (not caused by a wire peer) ---------------
 
 class ConfigurationError(BrokerError):

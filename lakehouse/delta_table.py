@@ -51,6 +51,7 @@ PUTs needs ``AWS_S3_LOCKING_PROVIDER=dynamodb`` (passed through unchanged).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -112,6 +113,14 @@ def child_location(location: Location, *names: str) -> Location:
     if is_uri(location):
         return "/".join([str(location).rstrip("/"), *names])
     return local_path(location).joinpath(*names)
+
+
+class CommittedUnsynced(OSError):
+    """The commit file is in the log (readers see it) but fsyncing its directory failed."""
+
+    def __init__(self, version: int, cause: OSError) -> None:
+        super().__init__(cause.errno, f"version {version} committed but not synced: {cause}")
+        self.version = version
 
 
 class AppendOnlyTable:
@@ -222,17 +231,24 @@ class AppendOnlyTable:
         # snappy: the cheapest codec to write on the hot path (compaction rewrites with zstd)
         name = f"part-{uuid.uuid4()}-c000.snappy.parquet"
         data = self.path / name
-        pq.write_table(rows, data, compression="snappy")
-        now_ms = int(time.time() * 1000)
-        actions = [
-            {"commitInfo": {"timestamp": now_ms, "operation": "WRITE",
-                            "operationParameters": {"mode": "Append"}, "isBlindAppend": True,
-                            "engineInfo": f"deltamq/{__version__}",
-                            "operationMetrics": {"numFiles": "1",
-                                                 "numOutputRows": str(rows.num_rows)}}},
-            {"add": self.add_action(name, rows, data_change=True, now_ms=now_ms)},
-        ]
-        version = self.commit_actions(actions, sync_first=(data,), defer_checksum=defer_checksum)
+        try:
+            pq.write_table(rows, data, compression="snappy")
+            now_ms = int(time.time() * 1000)
+            actions = [
+                {"commitInfo": {"timestamp": now_ms, "operation": "WRITE",
+                                "operationParameters": {"mode": "Append"}, "isBlindAppend": True,
+                                "engineInfo": f"deltamq/{__version__}",
+                                "operationMetrics": {"numFiles": "1",
+                                                     "numOutputRows": str(rows.num_rows)}}},
+                {"add": self.add_action(name, rows, data_change=True, now_ms=now_ms)},
+            ]
+            version = self.commit_actions(actions, sync_first=(data,), defer_checksum=defer_checksum)
+        except CommittedUnsynced:
+            raise                               # in the log: the file must stay
+        except BaseException:
+            # not committed: a half-written file must not eat the space a retry needs
+            data.unlink(missing_ok=True)
+            raise
         self._commits_since_checkpoint += 1
         if self._commits_since_checkpoint >= self.checkpoint_interval:
             self._commits_since_checkpoint = 0
@@ -300,11 +316,17 @@ class AppendOnlyTable:
         payload = "".join(json.dumps(action, separators=(",", ":")) + "\n" for action in actions)
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            os.write(fd, payload.encode("utf-8"))
-        finally:
-            os.close(fd)
-        # the data files, the commit's content and the table directory (their names) in one round
-        _fsync_all((temp, *sync_first, self.path))
+            try:
+                encoded = payload.encode("utf-8")
+                if os.write(fd, encoded) != len(encoded):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(temp))
+            finally:
+                os.close(fd)
+            # the data files, the commit's content and the table directory (their names) in one round
+            _fsync_all((temp, *sync_first, self.path))
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
         with self._lock:
             version = self._version + 1
         try:
@@ -318,7 +340,10 @@ class AppendOnlyTable:
                     version += 1
         finally:
             os.unlink(temp)
-        fsync_path(log_dir)                     # the commit file's name
+        try:
+            fsync_path(log_dir)                 # the commit file's name
+        except OSError as exc:
+            raise CommittedUnsynced(version, exc) from exc
         with self._lock:
             self._version = max(self._version, version)
         if defer_checksum:

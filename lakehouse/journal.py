@@ -21,6 +21,26 @@ read; the group is marked durable and its waiters -- publisher confirms,
 tx.commit-ok -- run.  If the writer process dies, the group in flight fails
 (its publishers are nacked) and a new writer is started.
 
+When a commit fails
+-------------------
+(disk full, read-only file system, the writer died): the group's waiters see
+its :attr:`JournalGroup.error` -- publishers are nacked, tx.commit fails, and
+the messages it would have enqueued are dropped by their queues, which held
+them until the commit (see :mod:`broker.messaging.queue`).  Settlements are
+not given up: the group's ``settle``, ``requeue`` and ``queue_deleted`` rows
+outside transactions are kept (one per queue, message and event, so memory
+stays bounded by the messages the broker holds anyway) and re-committed with
+the next group until a commit succeeds, so once the disk has room again a
+restart never brings back an acknowledged message.  Should the broker stop
+before that, those messages come back at the next start, redelivered (AMQP's
+at-least-once; nothing is lost).  Rows of transactions are not kept: their
+engine undoes the transaction (0-9-1: tx.commit fails, the acknowledged
+messages return to their queues).  ``deliver`` rows are dropped: they only
+decide the redelivered flag after a restart.  While commits fail, the next
+attempt waits :data:`RETRY_DELAY`, so a full disk costs a few commits a
+second, not a busy loop.  The journal logs once when commits start failing
+and once when they succeed again, not once per failure.
+
 Before the loop is attached (start-up, tests) and after it is gone
 (shut-down), open groups are committed in-process, synchronously.
 
@@ -81,6 +101,10 @@ HISTORY_RETENTION_HOURS = int(os.environ.get("DELTAMQ_JOURNAL_RETENTION_HOURS", 
 #: Delta's own history of the journal (time travel; how far a Spark stream may fall behind), hours
 LOG_RETENTION_HOURS = int(os.environ.get("DELTAMQ_JOURNAL_LOG_RETENTION_HOURS", "1"))
 _RECOVERY_LOG_EVERY = 200_000
+#: seconds between commit attempts while commits fail (DELTAMQ_JOURNAL_RETRY_MS)
+RETRY_DELAY = float(os.environ.get("DELTAMQ_JOURNAL_RETRY_MS", "250")) / 1000
+#: the events a failed commit keeps for the next one (outside transactions)
+_KEPT_EVENTS = frozenset((SETTLE, REQUEUE, QUEUE_DELETED))
 
 
 class JournalGroup:
@@ -136,9 +160,16 @@ class DeltaMessageJournal:
         self._tx: int | None = None
         self._wall_offset = time.time() - time.monotonic()   # monotonic arrival -> wall clock
         self._encoder = RowEncoder(vhost)     # for commits made in this process
+        # rows of failed commits to commit again: (event, queue, message id) -> row
+        self._kept: dict[tuple[str, str, int], Row] = {}
+        # (queue, message id) of enqueues the broker made itself (dead letters): kept too
+        self._kept_enqueues: set[tuple[str, int]] = set()
+        #: why commits fail, from the first failure until one succeeds again (None: they succeed)
+        self.failure: BaseException | None = None
         # statistics
         self.commits = 0
         self.committed_rows = 0
+        self.failed_commits = 0
 
     # -- lifetime ------------------------------------------------------------------
 
@@ -208,14 +239,21 @@ class DeltaMessageJournal:
             self.table.open()                   # the writer moved the table on: catch up
         self._loop = None
         group = self._group
-        if group:
+        if group or self._kept:
             self._group = JournalGroup(group.number + 1)
             group.seal()
+            self._take_kept(group)
             try:
                 self._commit(group)
-            except Exception:
-                log.exception("journal: final commit of %d rows failed", len(group.rows))
+            except Exception as exc:
+                log.error("journal of virtual host '%s': the final commit of %d rows failed: %s",
+                          self.vhost, len(group.rows), exc)
         self.table.close()
+
+    @property
+    def kept_rows(self) -> int:
+        """Rows of failed commits waiting to be committed again (settlements)."""
+        return len(self._kept)
 
     # -- MessageJournal (event loop) ------------------------------------------------
 
@@ -231,7 +269,7 @@ class DeltaMessageJournal:
     def end_transaction(self) -> None:
         self._tx = None
 
-    def enqueued(self, queue: Queue, message: Message) -> None:
+    def enqueued(self, queue: Queue, message: Message, keep: bool = False) -> bool:
         message_id = message.journal_id
         if message_id:
             self._add((ENQUEUE, queue.name, message_id, time.time(), self._tx, None, None, None, None))
@@ -239,6 +277,10 @@ class DeltaMessageJournal:
             message_id = message.journal_id = self._next_message_id
             self._next_message_id = message_id + 1
             self._add((ENQUEUE, queue.name, message_id, time.time(), self._tx, None, None, None, message))
+        if keep and self._tx is None:
+            self._kept_enqueues.add((queue.name, message_id))
+            return True
+        return self._loop is None               # committed in-process later: nothing waits
 
     def delivered(self, entry: QueueEntry) -> None:
         self._group.delivered[(entry.queue.name, entry.message.journal_id)] = (
@@ -283,10 +325,11 @@ class DeltaMessageJournal:
     def _hand_off(self) -> None:
         self._scheduled = False
         group = self._group
-        if self._in_flight is not None or not group or self._writer is None:
+        if self._in_flight is not None or not (group or self._kept) or self._writer is None:
             return
         self._group = JournalGroup(group.number + 1)
         group.seal()
+        self._take_kept(group)
         self._in_flight = group
         # the writer process builds the Arrow table: the loop only pickles plain values
         payload = pickle.dumps(self._plain(group.rows), protocol=pickle.HIGHEST_PROTOCOL)
@@ -350,7 +393,7 @@ class DeltaMessageJournal:
                 if len(buffer) - end - ERROR_LENGTH.size < length:
                     break
                 text = buffer[end + ERROR_LENGTH.size:end + ERROR_LENGTH.size + length]
-                error = OSError(f"journal commit failed: {text.decode('utf-8', 'replace')}")
+                error = OSError(f"journal: {text.decode('utf-8', 'replace')}")
                 end += ERROR_LENGTH.size + length
             offset = end
             group = self._in_flight
@@ -380,14 +423,46 @@ class DeltaMessageJournal:
         if error is None:
             self.commits += 1
             self.committed_rows += len(group.rows)
+            if self._kept_enqueues:
+                self._kept_enqueues.difference_update(
+                    (row[1], row[2]) for row in group.rows if row[0] == ENQUEUE)
+            if self.failure is not None:
+                log.warning("journal of virtual host '%s': commits succeed again (%d failed)",
+                            self.vhost, self.failed_commits)
+                self.failure = None
+        else:
+            self._keep(group)
+            self.failed_commits += 1
+            if self.failure is None:
+                self.failure = error
+                log.error("journal of virtual host '%s': commits failing: %s", self.vhost, error)
         callbacks, group.callbacks = group.callbacks, []
         for callback in callbacks:
             try:
                 callback()
             except Exception:
                 log.exception("journal: a durability callback failed")
-        if self._group and not self._scheduled:
-            self._hand_off()
+        if (self._group or self._kept) and not self._scheduled:
+            if self.failure is None:
+                self._hand_off()
+            elif self._loop is not None:          # not a busy loop against a full disk
+                self._scheduled = True
+                self._loop.call_later(RETRY_DELAY, self._hand_off)
+
+    def _keep(self, group: JournalGroup) -> None:
+        """Keep the settlements of a failed group (not of transactions) for the next commit."""
+        kept, enqueues = self._kept, self._kept_enqueues
+        for row in group.rows:
+            event = row[0]
+            if (event in _KEPT_EVENTS and row[4] is None) or (
+                    event == ENQUEUE and enqueues and (row[1], row[2]) in enqueues):
+                kept[(event, row[1], row[2])] = row
+
+    def _take_kept(self, group: JournalGroup) -> None:
+        """Add the rows kept from failed commits to ``group`` (it is about to be committed)."""
+        if self._kept:
+            group.rows.extend(self._kept.values())
+            self._kept = {}
 
     def _commit(self, group: JournalGroup) -> None:
         """Commit ``group`` in this process (no loop attached: start-up, shut-down, tests)."""

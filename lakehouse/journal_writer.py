@@ -231,7 +231,13 @@ def _read_exactly(stream: BinaryIO, size: int) -> bytes | None:
 
 
 def serve(table: AppendOnlyTable, encoder: RowEncoder, requests: BinaryIO, replies: BinaryIO) -> None:
-    """Append every group read from ``requests`` and answer on ``replies``, until told to stop."""
+    """Append every group read from ``requests`` and answer on ``replies``, until told to stop.
+
+    A failed commit is answered with its error (the broker logs it, once per change
+    of state); only an unexpected kind of error gets a traceback here, once per run
+    of failures.
+    """
+    failing = False
     while True:
         header = _read_exactly(requests, REQUEST.size)
         if header is None:
@@ -250,10 +256,14 @@ def serve(table: AppendOnlyTable, encoder: RowEncoder, requests: BinaryIO, repli
             if took > SLOW_COMMIT:
                 log.warning("commit of group %d (%d rows) took %.0f ms", number, rows.num_rows, took * 1000)
         except Exception as exc:              # the broker nacks what this group held
-            log.exception("journal commit of group %d failed", number)
-            text = f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")
-            replies.write(REPLY.pack(number, 1) + ERROR_LENGTH.pack(len(text)) + text)
+            if not failing and not isinstance(exc, OSError):
+                log.exception("journal commit of group %d failed", number)
+            failing = True
+            text = str(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
+            encoded = text.encode("utf-8", "replace")
+            replies.write(REPLY.pack(number, 1) + ERROR_LENGTH.pack(len(encoded)) + encoded)
         else:
+            failing = False
             replies.write(REPLY.pack(number, 0))
         replies.flush()
         table.write_deferred_checksum()          # after the answer: confirms never wait for it
@@ -267,6 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     # not kill it halfway through a commit while the broker is still shutting down.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # a file size limit (RLIMIT_FSIZE) fails the commit with EFBIG, as a full disk fails it
+    # with ENOSPC, instead of killing the writer
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s journal-writer: %(message)s")
     from .journal_upkeep import UpkeepProcess          # it imports this module

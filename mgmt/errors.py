@@ -4,7 +4,8 @@ Bad input is never a 500: unknown objects are 404, a name that exists
 already (or an object in a state that forbids the change) 409, invalid
 attributes or parameters 422 with a message naming the attribute, malformed
 JSON or query parameters 400, missing credentials 401, refused permission
-403.  Broker errors map by their AMQP meaning.
+403.  Broker errors map by their AMQP meaning; a change the store could not
+make durable (disk full, read-only) is 503 and was not made.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ METHOD_NOT_ALLOWED = 405
 CONFLICT = 409
 UNPROCESSABLE = 422
 INTERNAL = 500
+SERVICE_UNAVAILABLE = 503
 
 
 class ApiError(Exception):
@@ -54,6 +56,8 @@ def from_broker_error(exc: errors.BrokerError, *, configuration_status: int = UN
         return ApiError(CONFLICT, text)
     if isinstance(exc, (errors.AccessRefused, errors.NotAllowed, errors.ConnectionAccessRefused)):
         return ApiError(FORBIDDEN, text)
+    if isinstance(exc, errors.StoreFailed):
+        return ApiError(SERVICE_UNAVAILABLE, text)
     if isinstance(exc, errors.InternalError):
         return ApiError(INTERNAL, text)
     return ApiError(UNPROCESSABLE, text)

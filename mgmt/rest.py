@@ -43,7 +43,7 @@ from broker.model.operations import Operation, declared_operations
 from broker.model.registry import TREE
 from broker.security.principal import Principal
 from mgmt import paths
-from mgmt.errors import BAD_REQUEST, CONFLICT, FORBIDDEN, INTERNAL, METHOD_NOT_ALLOWED, \
+from mgmt.errors import BAD_REQUEST, CONFLICT, FORBIDDEN, METHOD_NOT_ALLOWED, SERVICE_UNAVAILABLE, \
     NOT_FOUND, UNPROCESSABLE, ApiError, from_broker_error
 from mgmt.representation import OPTION_NAMES, BadQuery, Representer, ViewOptions, \
     matches_filters
@@ -320,4 +320,4 @@ async def wait_durable(objects: Iterable[ConfiguredObject]) -> None:
         pending.when_durable(done.set)
         await done.wait()
         if pending.error is not None:
-            raise ApiError(INTERNAL, f"the change could not be made durable: {pending.error}")
+            raise ApiError(SERVICE_UNAVAILABLE, f"the change could not be made durable: {pending.error}")

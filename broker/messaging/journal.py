@@ -79,8 +79,16 @@ class MessageJournal(Protocol):
 
     def end_transaction(self) -> None: ...
 
-    def enqueued(self, queue: Queue, message: Message) -> None:
-        """``message`` (persistent) joined durable ``queue``; the first queue also stores its body."""
+    def enqueued(self, queue: Queue, message: Message, keep: bool = False) -> bool:
+        """``message`` (persistent) joined durable ``queue``; the first queue also stores its body.
+
+        ``keep``: the broker itself enqueued it (a dead letter, whose original's
+        settlement is kept too): should the commit fail, the row is committed
+        again with the next group instead of being given up (not inside a
+        transaction, which fails as a whole).  Returns True when the queue need
+        not hold the message until the commit: its row is kept so, or nothing
+        waits for commits yet (no event loop: start-up, tests).
+        """
         ...
 
     def delivered(self, entry: QueueEntry) -> None:

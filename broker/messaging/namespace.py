@@ -11,16 +11,24 @@ it holds no timers, a caller asks :meth:`Namespace.next_deadline` and calls
 Durable objects are reported to :attr:`Namespace.listeners` as they are
 created and deleted, each with a JSON-able ``to_record()``;
 :meth:`Namespace.restore` rebuilds them from those records after a restart.
+A change is stored *before* it is made: when the store fails (disk full,
+read-only), a declare, bind, unbind or delete asked for by a client is
+refused with :class:`~broker.errors.StoreFailed` and changes nothing.  A
+deletion the broker makes on its own (auto-delete, x-expires, a cascade) is
+made anyway; its object may come back after a restart.  The store's failing
+and recovering are logged once each.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, NoReturn, Protocol, Sequence, Union, cast
 
-from broker.errors import AccessRefused, CommandInvalid, NotFound, PreconditionFailed, ResourceLocked
+from broker.errors import (AccessRefused, BrokerError, CommandInvalid, NotFound, PreconditionFailed,
+                           ResourceLocked, StoreFailed)
 from broker.messaging.arguments import (
     EQUIVALENCE_CHECKED_EXCHANGE_ARGS, EQUIVALENCE_CHECKED_QUEUE_ARGS, describe_value,
     inequivalent_argument, queue_settings)
@@ -30,7 +38,7 @@ from broker.messaging.journal import MessageJournal
 from broker.messaging.last_value_queue import LastValueQueue
 from broker.messaging.message import Message
 from broker.messaging.priority_queue import PriorityQueue
-from broker.messaging.queue import Queue, QueueHost
+from broker.messaging.queue import Queue, QueueHost, enqueue_all
 from broker.messaging.records import from_json_value
 from broker.messaging.sorted_queue import SortedQueue
 
@@ -51,6 +59,8 @@ _DEFAULT_EXCHANGE_REFUSAL = "operation not permitted on the default exchange"
 
 DurableObject = Union[Exchange, Queue, Binding]
 
+log = logging.getLogger(__name__)
+
 
 def create_queue(name: str, *, vhost: str = "", durable: bool = False, auto_delete: bool = False,
                  exclusive_owner: object | None = None, arguments: dict[str, Any] | None = None,
@@ -70,6 +80,13 @@ class NamespaceListener(Protocol):
     def object_created(self, obj: DurableObject) -> None: ...
 
     def object_deleted(self, obj: DurableObject) -> None: ...
+
+
+def _describe(obj: DurableObject) -> str:
+    if isinstance(obj, Binding):
+        return (f"binding of '{obj.destination.name}' to exchange '{obj.source.name}'"
+                f" with key '{obj.routing_key}'")
+    return f"{'queue' if isinstance(obj, Queue) else 'exchange'} '{obj.name}'"
 
 
 def _flag(value: bool) -> str:
@@ -98,6 +115,8 @@ class Namespace:
         self.published_messages = 0
         self.published_bytes = 0
         self._restoring = False
+        #: why the last store write failed, until one succeeds again (None: they succeed)
+        self.store_failure: BaseException | None = None
         self.default_exchange: Exchange = DirectExchange("", vhost=vhost_name, durable=True)
         self._exchanges: dict[str, Exchange] = {"": self.default_exchange}
         for name, kind in STANDARD_EXCHANGES:
@@ -170,6 +189,7 @@ class Namespace:
             return existing
         exchange = cls(name, vhost=self.vhost_name, durable=durable, auto_delete=auto_delete,
                        internal=internal, arguments=arguments)
+        self._store_created(exchange)
         self._exchanges[name] = exchange
         self._created(exchange)
         return exchange
@@ -202,11 +222,12 @@ class Namespace:
             return
         if if_unused and exchange.bindings:
             raise PreconditionFailed(f"exchange '{name}' in vhost '{self.vhost_name}' in use")
-        self._delete_exchange(exchange)
+        self._delete_exchange(exchange, refuse=True)
 
-    def _delete_exchange(self, exchange: Exchange) -> None:
+    def _delete_exchange(self, exchange: Exchange, *, refuse: bool = False) -> None:
         if self._exchanges.get(exchange.name) is not exchange:
             return
+        self._store_deleted(exchange, refuse)
         del self._exchanges[exchange.name]
         exchange.deleted = True
         for binding in list(exchange.bindings.values()):
@@ -270,6 +291,7 @@ class Namespace:
                 return name
 
     def _add_queue(self, queue: Queue) -> None:
+        self._store_created(queue)
         self._queues[queue.name] = queue
         if queue.timed:
             self._timed.add(queue)
@@ -299,11 +321,12 @@ class Namespace:
             raise PreconditionFailed(f"queue '{name}' in vhost '{self.vhost_name}' in use")
         if if_empty and queue.message_count:
             raise PreconditionFailed(f"queue '{name}' in vhost '{self.vhost_name}' not empty")
-        return self._delete_queue(queue)
+        return self._delete_queue(queue, refuse=True)
 
-    def _delete_queue(self, queue: Queue) -> int:
+    def _delete_queue(self, queue: Queue, *, refuse: bool = False) -> int:
         if self._queues.get(queue.name) is not queue:
             return 0
+        self._store_deleted(queue, refuse)
         del self._queues[queue.name]
         self._timed.discard(queue)
         for binding in list(queue.bindings):
@@ -328,6 +351,7 @@ class Namespace:
         exchange = self.exchange(exchange_name)
         binding = Binding(exchange, queue, routing_key, arguments)
         if exchange.add_binding(binding):
+            self._store_added_binding(binding)
             queue.bindings.add(binding)
             self._created(binding)
 
@@ -340,7 +364,7 @@ class Namespace:
         exchange = self.exchange(exchange_name)
         binding = exchange.find_binding(queue, routing_key, arguments)
         if binding is not None:
-            self._remove_binding(binding)
+            self._remove_binding(binding, refuse=True)
 
     def bind_exchange(self, destination: str, source: str, routing_key: str,
                       arguments: dict[str, Any] | None = None) -> None:
@@ -350,6 +374,7 @@ class Namespace:
         origin = self.exchange(source)
         binding = Binding(origin, target, routing_key, arguments)
         if origin.add_binding(binding):
+            self._store_added_binding(binding)
             target.bindings_in.add(binding)
             self._created(binding)
 
@@ -361,12 +386,22 @@ class Namespace:
         origin = self.exchange(source)
         binding = origin.find_binding(target, routing_key, arguments)
         if binding is not None:
-            self._remove_binding(binding)
+            self._remove_binding(binding, refuse=True)
 
-    def _remove_binding(self, binding: Binding) -> None:
+    def _store_added_binding(self, binding: Binding) -> None:
+        """Store a binding just added to its source; take it out again if that fails."""
+        try:
+            self._store_created(binding)
+        except StoreFailed:
+            binding.source.remove_binding(binding)
+            raise
+
+    def _remove_binding(self, binding: Binding, *, refuse: bool = False) -> None:
         source = binding.source
-        if not source.remove_binding(binding):
+        if source.bindings.get(binding.identity) is not binding:
             return
+        self._store_deleted(binding, refuse)
+        source.remove_binding(binding)
         destination = binding.destination
         if isinstance(destination, Exchange):
             destination.bindings_in.discard(binding)
@@ -489,9 +524,9 @@ class Namespace:
         copy = dead_lettered(message, queue=queue.name, reason=reason,
                              wall_time=self._wall_clock(), exchange=name,
                              routing_key=settings.dead_letter_routing_key, arrival=self.clock())
-        for target in self._route_graph(exchange, copy):
-            if not is_cycle(copy, target.name):
-                target.enqueue(copy)
+        # kept, not held: the original left its queue already, whatever the journal says
+        enqueue_all(copy, [target for target in self._route_graph(exchange, copy)
+                           if not is_cycle(copy, target.name)], keep=True)
 
     def queue_unused(self, queue: Queue) -> None:
         """An auto-delete queue lost its last consumer."""
@@ -535,16 +570,42 @@ class Namespace:
     def _created(self, obj: DurableObject) -> None:
         for observer in self.observers:
             observer.object_created(obj)
-        if self.listeners and not self._restoring and self.is_durable_object(obj):
-            for listener in self.listeners:
-                listener.object_created(obj)
 
     def _deleted(self, obj: DurableObject) -> None:
         for observer in self.observers:
             observer.object_deleted(obj)
+
+    def _store_created(self, obj: DurableObject) -> None:
+        """Store a durable object about to be added; StoreFailed (nothing is added) if that fails."""
         if self.listeners and not self._restoring and self.is_durable_object(obj):
+            self._store(obj, "create", lambda listener: listener.object_created(obj), refuse=True)
+
+    def _store_deleted(self, obj: DurableObject, refuse: bool) -> None:
+        """Store the removal of a durable object about to go; with ``refuse``, StoreFailed if that fails."""
+        if self.listeners and not self._restoring and self.is_durable_object(obj):
+            self._store(obj, "delete", lambda listener: listener.object_deleted(obj), refuse=refuse)
+
+    def _store(self, obj: DurableObject, verb: str, tell: Callable[[NamespaceListener], None], *,
+               refuse: bool) -> None:
+        try:
             for listener in self.listeners:
-                listener.object_deleted(obj)
+                tell(listener)
+        except BrokerError:
+            raise
+        except Exception as exc:
+            what = _describe(obj)
+            if self.store_failure is None:
+                log.error("configuration store of virtual host '%s': writes failing: %s",
+                          self.vhost_name, exc)
+            self.store_failure = exc
+            if refuse:
+                raise StoreFailed(f"cannot {verb} {what} in vhost '{self.vhost_name}': the configuration"
+                                  f" store failed: {exc}") from exc
+            return
+        if self.store_failure is not None:
+            log.warning("configuration store of virtual host '%s': writes succeed again",
+                        self.vhost_name)
+            self.store_failure = None
 
     def records(self) -> list[dict[str, Any]]:
         """Records of every durable object, exchanges then queues then bindings."""

@@ -28,6 +28,14 @@ it: enqueued, delivered, requeued, settled with its outcome, and the queue's
 own deletion.  Recovery puts journaled messages back with :meth:`Queue.restore`,
 which reports nothing.
 
+A persistent message arriving at such a queue is *held* until the journal
+group holding its ``enqueue`` row is durable (Broker-J's post-commit action):
+only then can a consumer or basic.get see it.  If the commit fails, the
+message is dropped -- its publisher is nacked, or its transaction fails --
+so a failed publish leaves no trace.  Messages arriving while others are
+held (transient ones too) wait behind them: a queue keeps arrival order.
+Group commit keeps the wait short (one commit, a few milliseconds).
+
 Dispatch
 --------
 Consumers are served round-robin; one whose ``can_deliver`` says no is
@@ -42,18 +50,18 @@ from __future__ import annotations
 import time
 from collections import deque
 from heapq import heappop, heappush
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Final, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Final, Iterable, Protocol, Sequence
 
 from broker.errors import AccessRefused
 from broker.messaging.arguments import QueueSettings, queue_settings
-from broker.messaging.journal import ACKED, PURGED, REPLACED, MessageJournal, settle_outcome
+from broker.messaging.journal import ACKED, PURGED, REPLACED, Durability, MessageJournal, settle_outcome
 from broker.messaging.message import Message
 from broker.messaging.records import to_json_value
 
 if TYPE_CHECKING:
     from broker.messaging.exchange import Binding
 
-__all__ = ["Queue", "QueueEntry", "Consumer", "QueueHost", "AVAILABLE", "ACQUIRED", "SETTLED"]
+__all__ = ["Queue", "QueueEntry", "enqueue_all", "Consumer", "QueueHost", "AVAILABLE", "ACQUIRED", "SETTLED"]
 
 # QueueEntry states (ints, not an Enum: compared on every delivery).
 AVAILABLE: Final = 0  # in the queue's storage, ready for delivery
@@ -124,6 +132,34 @@ class QueueHost(Protocol):
     def queue_timed(self, queue: Queue) -> None: ...
 
 
+def enqueue_all(message: Message, queues: Sequence[Queue], *, keep: bool = False) -> bool:
+    """Enqueue ``message`` into every queue; False when some queue refused it (reject-publish).
+
+    When a durable queue journals the message, the queues that do not (non-durable
+    ones) get it only once that journal commit is durable, and never if it fails:
+    a publish the broker could not make durable reaches no queue at all.
+    ``keep``: see :meth:`Queue.enqueue`.
+    """
+    if len(queues) == 1:
+        return queues[0].enqueue(message, keep=keep)
+    accepted = True
+    unjournaled: list[Queue] = []
+    after: Durability | None = None
+    for queue in queues:
+        journal = queue.journal
+        if not message.persistent or journal is None:
+            unjournaled.append(queue)
+        elif queue.enqueue(message, keep=keep):
+            if not keep:
+                after = journal.pending
+        else:
+            accepted = False
+    for queue in unjournaled:
+        if not queue.enqueue(message, after):
+            accepted = False
+    return accepted
+
+
 class Queue:
     """The standard FIFO queue (and the base of the other kinds)."""
 
@@ -135,6 +171,7 @@ class Queue:
         "_prioritised", "_priority_cursor",
         "_sac", "_ready", "_ready_bytes", "_unacked", "_dispatching",
         "_deleted", "_timed", "_ttl", "_limited", "_last_used", "_fresh", "_returned", "_taken",
+        "_arriving", "_awaited",
         "enqueued_messages", "enqueued_bytes", "delivered_messages", "delivered_bytes",
     )
 
@@ -175,6 +212,9 @@ class Queue:
         self._fresh: deque[Message] = deque()
         self._returned: list[QueueEntry] = []
         self._taken = 0
+        # arrivals held until the journal group they wait for is durable (None: durable at once)
+        self._arriving: deque[tuple[Message, Durability | None]] = deque()
+        self._awaited: Durability | None = None
         # statistics for management: messages (and body bytes) accepted, and
         # delivered to consumers or basic.get (redeliveries count again)
         self.enqueued_messages = 0
@@ -220,19 +260,56 @@ class Queue:
 
     # -- publishing --------------------------------------------------------------
 
-    def enqueue(self, message: Message) -> bool:
+    def enqueue(self, message: Message, after: Durability | None = None, *, keep: bool = False) -> bool:
         """Add ``message``; False when refused by a reject-publish overflow policy.
 
         With the queue empty and a consumer able to take it, the message goes
-        straight to that consumer without touching storage.
+        straight to that consumer without touching storage.  A persistent
+        message this queue journals, or one given ``after`` (the journal group
+        another queue journaled it in), is held until that group is durable.
+        ``keep``: the broker itself enqueues it (a dead letter): it is not held,
+        and the journal commits it again should its commit fail (see
+        :meth:`MessageJournal.enqueued`).
         """
         if self._deleted:
             return False
         if self._limited and not self._admit(message):
             return False
         journal = self.journal
-        if journal is not None and message.persistent:
-            journal.enqueued(self, message)
+        if journal is not None and message.persistent and not journal.enqueued(self, message, keep):
+            after = journal.pending
+        if after is not None or self._arriving:
+            self.hold(message, after)
+        else:
+            self._accept(message)
+        return True
+
+    @property
+    def held_count(self) -> int:
+        """Messages accepted but waiting for the journal before they join the queue."""
+        return len(self._arriving)
+
+    def hold(self, message: Message, durability: Durability | None) -> None:
+        """Let ``message`` join the queue once ``durability`` is done (dropped if its commit failed)."""
+        self._arriving.append((message, durability))
+        if durability is not None and durability is not self._awaited:
+            self._awaited = durability
+            durability.when_durable(self._arrived)
+
+    def _arrived(self) -> None:
+        """A journal group finished: let in the held messages it decided, in arrival order."""
+        arriving = self._arriving
+        while arriving:
+            message, durability = arriving[0]
+            if durability is not None and not durability.done:
+                return
+            arriving.popleft()
+            if self._deleted or (durability is not None and durability.error is not None):
+                continue                       # never durable: never enqueued (the publisher was nacked)
+            self._accept(message)
+
+    def _accept(self, message: Message) -> None:
+        """``message`` joins the queue: straight to a consumer, or into storage."""
         self.enqueued_messages += 1
         self.enqueued_bytes += len(message.body)
         if message.expires_at is not None and not self._timed:
@@ -241,23 +318,22 @@ class Queue:
         if consumers and not self._ready and not self._dispatching:
             entry = self._new_entry(message)
             if self._offer(entry, consumers):
-                return True
+                return
             if self._timed and self._expired_on_arrival(message):
                 self._retire(entry, "expired")
-                return True
+                return
             self._ready += 1
             self._ready_bytes += len(message.body)
             self._put_back(entry)
         else:
             if self._timed and self._expired_on_arrival(message):
                 self._discard(message, "expired", 0)
-                return True
+                return
             self._ready += 1
             self._ready_bytes += len(message.body)
             self._store(message)
         if self._limited:
             self._drop_over_limit()
-        return True
 
     def _expired_on_arrival(self, message: Message) -> bool:
         """A message not taken at once whose TTL is already over (x-message-ttl 0: RabbitMQ drops it)."""
@@ -474,6 +550,17 @@ class Queue:
         if entry.state == ACQUIRED:
             self._unacked -= 1
             self._retire(entry, "rejected", entry.delivery_count + 1)
+
+    def reinstate(self, entry: QueueEntry) -> None:
+        """Undo the settlement of ``entry`` (its transaction could not be made durable): requeue it."""
+        if entry.state != SETTLED or self._deleted:
+            return
+        entry.delivery_count += 1
+        entry.redelivered = True
+        self._ready += 1
+        self._ready_bytes += len(entry.message.body)
+        self._put_back(entry)
+        self.dispatch()
 
     def release(self, entry: QueueEntry) -> None:
         """Requeue at the entry's original position, marked redelivered, then dispatch."""

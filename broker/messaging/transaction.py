@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Callable, Final, Iterable, Protocol, Union
 
 from broker.messaging.message import Message
-from broker.messaging.queue import Queue, QueueEntry
+from broker.messaging.queue import Queue, QueueEntry, enqueue_all
 
 __all__ = ["ServerTransaction", "AutoCommitTransaction", "LocalTransaction",
            "Operation", "ENQUEUE", "SETTLE", "RELEASE", "REJECT"]
@@ -62,11 +62,7 @@ class AutoCommitTransaction:
     __slots__ = ()
 
     def enqueue(self, message: Message, queues: Iterable[Queue]) -> bool:
-        accepted = True
-        for queue in queues:
-            if not queue.enqueue(message):
-                accepted = False
-        return accepted
+        return enqueue_all(message, tuple(queues))
 
     def settle(self, entry: QueueEntry) -> None:
         entry.queue.settle(entry)
@@ -133,8 +129,7 @@ class LocalTransaction:
         released: dict[Queue, list[QueueEntry]] = {}
         for kind, subject, queues in operations:
             if kind == ENQUEUE:
-                for queue in queues or ():
-                    queue.enqueue(subject)  # type: ignore[arg-type]
+                enqueue_all(subject, queues or ())  # type: ignore[arg-type]
                 continue
             entry: QueueEntry = subject  # type: ignore[assignment]
             if kind == SETTLE:

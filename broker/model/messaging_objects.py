@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-from broker.errors import BrokerError, ConfigurationError, NotFound
+from broker.errors import BrokerError, ConfigurationError, NotFound, StoreFailed
 from broker.model.attributes import Attribute, attribute, derived, named
 from broker.model.config_store import ConfigurationRecord, DurableConfigurationStore
 from broker.model.configured_object import ConfiguredObject
@@ -215,7 +215,7 @@ class Exchange(NamespaceObject):
         """Namespace refusals (a bad x-match, the default exchange) are invalid input here."""
         try:
             action()
-        except NotFound:
+        except (NotFound, StoreFailed):
             raise
         except BrokerError as exc:
             raise ConfigurationError(f"{self.label}: {exc.text}") from None
@@ -481,6 +481,8 @@ class NamespaceRecords:
         self.store.save([ConfigurationRecord(record_id, category, self.vhost.id, record)])
 
     def object_deleted(self, obj: Any) -> None:
-        record_id = self._ids.pop(self._key(cast("dict[str, Any]", obj.to_record())), None)
+        key = self._key(cast("dict[str, Any]", obj.to_record()))
+        record_id = self._ids.get(key)
         if record_id is not None:
-            self.store.remove([record_id])
+            self.store.remove([record_id])      # kept when this fails: the delete is refused
+            del self._ids[key]

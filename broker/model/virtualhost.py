@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from broker.errors import BrokerError, ConfigurationError, InternalError, NotAllowed
+from broker.errors import BrokerError, ConfigurationError, InternalError, NotAllowed, StoreFailed
 from broker.model import registry
 from broker.model.attributes import attribute, convert_all, derived
 from broker.model.config_store import ConfigurationRecord, DurableConfigurationStore
@@ -282,8 +282,8 @@ class VirtualHost(ConfiguredObject):
                 namespace.declare_queue(name, durable=values["durable"],
                                         auto_delete=values["autoDelete"], arguments=arguments)
         except BrokerError as exc:
-            if isinstance(exc, ConfigurationError):
-                raise
+            if isinstance(exc, (ConfigurationError, StoreFailed)):
+                raise                           # StoreFailed: not the request's fault (503)
             raise ConfigurationError(f"{label}: {exc.text}") from None
         created = self.child(view.category, name)
         if created is None:

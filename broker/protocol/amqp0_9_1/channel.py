@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Callable, Final, cast
 
 from broker import errors
 from broker.messaging.message import Message, MessageProperties
-from broker.messaging.transaction import AutoCommitTransaction, LocalTransaction
+from broker.messaging.queue import enqueue_all
+from broker.messaging.transaction import REJECT, SETTLE, AutoCommitTransaction, LocalTransaction
 
 from . import direct_reply
 from . import methods as m
@@ -251,10 +252,7 @@ class Channel:
         if self.mode is Mode.TX:
             self.tx.enqueue(message, queues)
             return
-        accepted = True
-        for queue in queues:
-            if not queue.enqueue(message):
-                accepted = False
+        accepted = enqueue_all(message, queues)
         if self.mode is Mode.CONFIRM:
             if not accepted:
                 self._confirm(_NACK)
@@ -722,6 +720,7 @@ class Channel:
             self.tx = LocalTransaction()
             self.connection.send_method(self.number, m.TxCommitOk())
             return
+        settled = [entry for kind, entry, _queues in self.tx.operations if kind in (SETTLE, REJECT)]
         journal.begin_transaction()
         try:
             self.tx.commit()
@@ -732,14 +731,19 @@ class Channel:
         if pending is None:
             self.connection.send_method(self.number, m.TxCommitOk())
         else:                                   # commit-ok once the journal has it on disk
-            pending.when_durable(lambda: self._tx_durable(pending))
+            pending.when_durable(lambda: self._tx_durable(pending, settled))
 
-    def _tx_durable(self, durability: Durability) -> None:
-        if self.closing or self.connection.channels.get(self.number) is not self:
-            return
+    def _tx_durable(self, durability: Durability, settled: list[Any]) -> None:
         if durability.error is not None:
-            self.connection.close(errors.InternalError(
-                f"transaction could not be made durable: {durability.error}"))
+            # all or nothing: its publishes were dropped by their queues; its
+            # acknowledged and rejected messages go back to theirs
+            for entry in settled:
+                entry.queue.reinstate(entry)
+            if not self.closing and self.connection.channels.get(self.number) is self:
+                self.soft_error(errors.StoreFailed(
+                    f"transaction could not be made durable: {durability.error}"), m.TxCommit())
+            return
+        if self.closing or self.connection.channels.get(self.number) is not self:
             return
         self.connection.send_method(self.number, m.TxCommitOk())
 

@@ -53,11 +53,12 @@ class RecordingJournal:
     def end_transaction(self) -> None:
         self.tx = None
 
-    def enqueued(self, queue: Queue, message: Message) -> None:
+    def enqueued(self, queue: Queue, message: Message, keep: bool = False) -> bool:
         if not message.journal_id:
             message.journal_id = self.next_id
             self.next_id += 1
         self._record("enqueue", queue.name, message.journal_id, self.tx)
+        return keep and self.tx is None
 
     def delivered(self, entry: QueueEntry) -> None:
         self._record("deliver", entry.queue.name, entry.message.journal_id, entry.delivery_count + 1)

@@ -61,6 +61,7 @@ def test_a_message_routed_to_two_queues_keeps_one_id(ns: Namespace, journal: Rec
 def test_delivery_ack_and_requeue_carry_delivery_counts(ns: Namespace, journal: RecordingJournal) -> None:
     q = durable(ns)
     q.enqueue(persistent())
+    journal.complete()                              # held until its enqueue is durable
     consumer = RecordingConsumer()
     q.add_consumer(consumer)
     q.dispatch()
@@ -76,6 +77,7 @@ def test_no_ack_delivery_and_get_settle_at_once(ns: Namespace, journal: Recordin
     q = durable(ns)
     q.enqueue(persistent("a"))
     q.enqueue(persistent("b"))
+    journal.complete()
     q.get(no_ack=True)
     q.add_consumer(RecordingConsumer(no_ack=True))
     q.dispatch()
@@ -86,13 +88,17 @@ def test_no_ack_delivery_and_get_settle_at_once(ns: Namespace, journal: Recordin
 def test_reject_without_and_with_dead_letter_exchange(ns: Namespace, journal: RecordingJournal) -> None:
     plain = durable(ns, "plain")
     plain.enqueue(persistent())
+    journal.complete()
     plain.reject(plain.get())                       # type: ignore[arg-type]
     ns.declare_exchange("dlx", "fanout", durable=True)
     dlq = durable(ns, "dlq")
     ns.bind_queue("dlq", "dlx", "")
     dead = durable(ns, "dead", **{"x-dead-letter-exchange": "dlx"})
     dead.enqueue(persistent("d"))
+    journal.complete()
     dead.reject(dead.get())                         # type: ignore[arg-type]
+    assert dlq.message_count == 0                   # the copy waits for its own commit
+    journal.complete()
     settles = journal.of("settle")
     assert settles[0] == ("settle", "plain", 1, "rejected", "rejected", 1, None)
     assert settles[1] == ("settle", "dead", 2, "dead_lettered", "rejected", 1, None)
@@ -105,6 +111,7 @@ def test_expiry_max_length_and_delivery_limit_outcomes(ns: Namespace, journal: R
                                                        clock: FakeClock) -> None:
     ttl = durable(ns, "ttl", **{"x-message-ttl": 1000})
     ttl.enqueue(persistent())
+    journal.complete()
     clock.advance(2)
     ns.run_due(clock.now)
     short = durable(ns, "short", **{"x-max-length": 1})
@@ -112,6 +119,7 @@ def test_expiry_max_length_and_delivery_limit_outcomes(ns: Namespace, journal: R
     short.enqueue(persistent("new"))
     limited = durable(ns, "limited", **{"x-delivery-limit": 0})
     limited.enqueue(persistent())
+    journal.complete()
     limited.release(limited.get())                  # type: ignore[arg-type]
     assert [(e[1], e[3], e[4]) for e in journal.of("settle")] == [
         ("ttl", "expired", "expired"), ("short", "dropped", "maxlen"),
@@ -123,6 +131,7 @@ def test_purge_settles_every_ready_message_and_delete_marks_the_queue(
     q = durable(ns)
     for body in "abc":
         q.enqueue(persistent(body))
+    journal.complete()
     held = q.get()
     assert ns.declare_queue("q", durable=True)[1] == 2
     q.purge()
@@ -136,6 +145,7 @@ def test_last_value_queue_journals_the_replaced_message(ns: Namespace, journal: 
     q = durable(ns, "lvq", **{"x-last-value-key": "k"})
     q.enqueue(persistent("v1", headers={"k": "a"}))
     q.enqueue(persistent("v2", headers={"k": "a"}))
+    journal.complete()
     assert journal.of("settle") == [("settle", "lvq", 1, "replaced", None, 0, None)]
 
 
@@ -150,3 +160,30 @@ def test_restore_does_not_journal_and_marks_delivered_messages_redelivered(
     assert got is not None and got.message is first and got.redelivered and got.delivery_count == 2
     got = q.get()
     assert got is not None and got.message is second and not got.redelivered
+
+
+def test_a_dead_letter_is_not_held_and_its_rows_survive_a_failed_commit(
+        ns: Namespace, journal: RecordingJournal) -> None:
+    # the original leaves its queue whatever the journal says: its dead-letter copy must not vanish
+    ns.declare_exchange("dlx", "fanout", durable=True)
+    dlq = durable(ns, "dlq")
+    ns.bind_queue("dlq", "dlx", "")
+    work = durable(ns, "work", **{"x-dead-letter-exchange": "dlx"})
+    work.enqueue(persistent("bad"))
+    journal.complete()
+    work.reject(work.get())                         # type: ignore[arg-type]
+    assert dlq.message_count == 1                    # not held
+    journal.complete(OSError("disk full"))
+    assert dlq.message_count == 1
+
+
+def test_a_held_message_is_dropped_when_its_commit_fails(ns: Namespace, journal: RecordingJournal) -> None:
+    q = durable(ns)
+    consumer = RecordingConsumer()
+    q.add_consumer(consumer)
+    q.enqueue(persistent("lost"))
+    q.enqueue(message("transient behind it"))
+    assert consumer.entries == [] and q.held_count == 2
+    journal.complete(OSError("disk full"))
+    assert [e.message.body for e in consumer.entries] == [b"transient behind it"]
+    assert q.held_count == 0 and q.message_count == 0

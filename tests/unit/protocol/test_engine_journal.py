@@ -8,7 +8,7 @@ from broker.messaging.message import MessageProperties
 from broker.protocol.amqp0_9_1 import methods as m
 
 from ..messaging.journal_fake import RecordingJournal
-from .harness import Client, FakeHost
+from .harness import Client, Delivery, FakeHost
 
 PERSISTENT = MessageProperties(delivery_mode=2)
 
@@ -124,3 +124,87 @@ def test_a_confirm_due_after_the_channel_closed_is_not_sent(client: Client, jour
     client.open_channel(1)
     journal.complete()
     assert client.take() == []
+
+
+# -- when the journal's commit fails: a failed operation leaves no trace --------------------------
+
+def consume(client: Client, channel: int, queue: str, *, no_ack: bool = True) -> None:
+    client.open_channel(channel)
+    client.send(channel, m.BasicConsume(queue=queue, consumer_tag=f"c{channel}", no_ack=no_ack))
+    client.expect(m.BasicConsumeOk, channel)
+
+
+def test_a_persistent_message_reaches_consumers_only_once_durable(
+        client: Client, journal: RecordingJournal) -> None:
+    consume(client, 2, "durable")
+    confirm_mode(client)
+    client.publish(1, "", "durable", b"p", PERSISTENT)
+    assert client.deliveries() == []                 # held until its enqueue row is on disk
+    journal.complete()
+    assert [d.body for d in client.deliveries()] == [b"p"]
+    client.expect(m.BasicAck, 1)
+
+
+def test_a_nacked_message_is_never_delivered(client: Client, journal: RecordingJournal) -> None:
+    consume(client, 2, "durable")
+    confirm_mode(client)
+    client.publish(1, "", "durable", b"lost", PERSISTENT)
+    client.publish(1, "", "durable", b"after", PERSISTENT)
+    journal.complete(OSError("[Errno 28] No space left on device"))
+    assert client.expect(m.BasicNack, 1).delivery_tag == 2
+    assert client.deliveries() == []
+    client.send(1, m.BasicGet(queue="durable", no_ack=True))
+    client.expect(m.BasicGetEmpty, 1)
+
+
+def test_a_failed_publish_to_a_durable_and_a_transient_queue_reaches_neither(
+        client: Client, journal: RecordingJournal) -> None:
+    client.send(1, m.ExchangeDeclare(exchange="fan", type="fanout"))
+    client.expect(m.ExchangeDeclareOk, 1)
+    for queue in ("durable", "scratch"):
+        client.send(1, m.QueueBind(queue=queue, exchange="fan"))
+        client.expect(m.QueueBindOk, 1)
+    consume(client, 2, "scratch")
+    confirm_mode(client)
+    client.publish(1, "fan", "", b"both", PERSISTENT)
+    assert client.deliveries() == []                 # the transient queue waits for the journal too
+    journal.complete(OSError("disk full"))
+    client.expect(m.BasicNack, 1)
+    assert client.deliveries() == []
+    client.publish(1, "fan", "", b"again", PERSISTENT)
+    journal.complete()
+    assert [d.body for d in client.deliveries()] == [b"again"]
+
+
+def test_a_transient_message_behind_a_held_one_keeps_its_place(
+        client: Client, journal: RecordingJournal) -> None:
+    consume(client, 2, "durable")
+    client.publish(1, "", "durable", b"1", PERSISTENT)
+    client.publish(1, "", "durable", b"2")
+    assert client.deliveries() == []
+    journal.complete()
+    assert [d.body for d in client.deliveries()] == [b"1", b"2"]
+
+
+def test_a_failed_tx_commit_closes_the_channel_and_leaves_no_trace(
+        client: Client, journal: RecordingJournal) -> None:
+    client.publish(1, "", "durable", b"old", PERSISTENT)
+    journal.complete()
+    client.open_channel(2)
+    client.send(2, m.TxSelect())
+    client.expect(m.TxSelectOk, 2)
+    client.send(2, m.BasicGet(queue="durable"))
+    got = client.expect(Delivery, 2)
+    client.send(2, m.BasicAck(delivery_tag=got.method.delivery_tag))
+    client.publish(2, "", "durable", b"new", PERSISTENT)
+    client.send(2, m.TxCommit())
+    journal.complete(OSError("[Errno 28] No space left on device"))
+    close = client.expect(m.ChannelClose, 2)
+    assert close.reply_code == 541 and "No space left on device" in close.reply_text
+    client.send(2, m.ChannelCloseOk())
+    # the acknowledged message is back (redelivered), the published one never arrived
+    client.send(1, m.BasicGet(queue="durable", no_ack=True))
+    again = client.expect(Delivery, 1)
+    assert again.body == b"old" and again.method.redelivered
+    client.send(1, m.BasicGet(queue="durable", no_ack=True))
+    client.expect(m.BasicGetEmpty, 1)
