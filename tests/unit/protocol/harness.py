@@ -75,8 +75,8 @@ class FakeHost:
         self.opened.remove(connection)
 
     @property
-    def memory_blocked(self) -> bool:
-        return self.blocked
+    def alarm_reason(self) -> str:
+        return "low on memory" if self.blocked else ""
 
 
 @dataclass
