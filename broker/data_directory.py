@@ -154,9 +154,11 @@ def _holder_text(path: Path, lock_path: Path) -> str:
         return (f"data directory {path} is in use by another broker (pid {recorded});"
                 " stop it first, or give this one another --data-dir")
     holders = ", ".join(str(pid) for pid in _processes_holding(lock_path)) or "unknown"
-    left_by = f" left by broker pid {recorded}, which has ended" if recorded is not None else ""
-    return (f"data directory {path} is still locked by process {holders}{left_by}"
-            " (a journal writer finishing its last commit); start again once it has ended")
+    by = f"process {holders}"
+    if recorded is not None:
+        by += f", left by broker pid {recorded} which has ended"
+    return (f"data directory {path} is still locked by {by} (a journal writer finishing its"
+            " last commit); start again once it has ended")
 
 
 def _recorded_pid(lock_path: Path) -> int | None:

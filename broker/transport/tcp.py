@@ -188,7 +188,7 @@ class AmqpProtocol(asyncio.Protocol):
 
     @property
     def buffered_bytes(self) -> int:
-        """Input not yet parsed, output not yet written, publishes held while blocked."""
+        """Input not yet parsed and output not yet written (the memory alarm counts them)."""
         held = len(self._header)
         if self.engine is not None:
             held += self.engine.buffered_bytes

@@ -214,8 +214,13 @@ class AmqpConnection:
 
     @property
     def buffered_bytes(self) -> int:
-        """Bytes this connection holds: unparsed input, unsent output, held publishes."""
-        return len(self._rest) + self._out_bytes + self._held_bytes
+        """Bytes this connection buffers: unparsed input and unsent output.
+
+        Publishes held from a blocked publisher are left out: they are bounded
+        (:data:`HOLD_LIMIT`) and go only once the alarm clears, so counting
+        them could keep the memory alarm set for good.
+        """
+        return len(self._rest) + self._out_bytes
 
     @property
     def reading_paused(self) -> bool:
