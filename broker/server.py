@@ -8,9 +8,12 @@ plugin of its type (entry point group ``deltamq.management``, e.g.
 ``mgmt.plugin:HttpManagement`` for ``HTTP``: Broker-J's HttpManagement) --
 at start-up, and from then on the moment a port is created over
 management; a deleted port stops listening.  It also drives each virtual
-host's timers (message TTL, queue expiry) and the memory alarm behind
-connection.blocked, and on SIGINT/SIGTERM stops management, then closes
-every connection with 320 CONNECTION_FORCED before exiting.
+host's timers (message TTL, queue expiry) and the resource alarms behind
+connection.blocked (:mod:`broker.resource_alarms`), and on SIGINT/SIGTERM
+stops management, then closes every connection with 320 CONNECTION_FORCED
+before exiting.  Before it reads anything it claims the data directory
+(:mod:`broker.data_directory`): one broker per directory, and a directory it
+cannot write refuses the start with one line.
 """
 
 from __future__ import annotations
@@ -28,10 +31,11 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from broker import __version__, errors
+from broker import __version__, data_directory, errors
 from broker.listeners import Listeners, ManagementPlugin
 from broker.protocol.amqp0_9_1.connection import AmqpConnection
 from broker.protocol.detect import AmqpVersion
+from broker.resource_alarms import CHECK_INTERVAL, ResourceAlarms
 from broker.transport.tcp import AmqpProtocol, ConnectionRegistry
 
 log = logging.getLogger("deltamq")
@@ -43,7 +47,6 @@ IMPLEMENTED = {
     "AMQP_0_9_1": AmqpVersion.V0_9_1,
 }
 
-MEMORY_CHECK_INTERVAL = 1.0
 #: how long management may take to finish the requests in flight at shutdown
 MANAGEMENT_STOP_TIMEOUT = 5.0
 GC_YOUNG_THRESHOLD = 50_000
@@ -65,10 +68,10 @@ class BrokerHost:
     product = "DeltaMQ"
     version = __version__
 
-    def __init__(self, broker: Any, port: Any, alarm: MemoryAlarm) -> None:
+    def __init__(self, broker: Any, port: Any, alarms: ResourceAlarms) -> None:
         self.broker = broker
         self.port = port
-        self.alarm = alarm
+        self.alarms = alarms
         self.frame_max = int(broker.max_frame_size)
         self.channel_max = int(broker.max_channels)
         self.heartbeat = int(broker.heartbeat_delay)
@@ -126,41 +129,12 @@ class BrokerHost:
             connection.model = None
 
     @property
-    def memory_blocked(self) -> bool:
-        return self.alarm.blocked
+    def alarm_reason(self) -> str:
+        return self.alarms.reason
 
 
 def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-class MemoryAlarm:
-    """RabbitMQ's memory high watermark: above it, publishers are blocked."""
-
-    def __init__(self, limit: int,
-                 registries: Callable[[], Iterable[ConnectionRegistry]] = lambda: ()) -> None:
-        self.limit = limit
-        self.blocked = False
-        #: the connections of every AMQP port, as they are now
-        self.registries = registries
-
-    def check(self) -> None:
-        used = resident_memory()
-        blocked = used > self.limit
-        if blocked != self.blocked:
-            self.blocked = blocked
-            log.warning("memory alarm %s: %d bytes in use, limit %d",
-                        "set" if blocked else "cleared", used, self.limit)
-            for registry in self.registries():
-                registry.set_blocked(blocked)
-
-
-def resident_memory() -> int:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 async def _drive_virtual_hosts(broker: Any) -> None:
@@ -190,18 +164,32 @@ async def _drive_virtual_hosts(broker: Any) -> None:
         await anyio.sleep(min(max(soonest - time.monotonic(), 0.001), TIMER_RESOLUTION))
 
 
-async def _watch_memory(alarm: MemoryAlarm) -> None:
+async def _watch_resources(alarms: ResourceAlarms) -> None:
     while True:
-        alarm.check()
-        await anyio.sleep(MEMORY_CHECK_INTERVAL)
+        alarms.check()
+        await anyio.sleep(CHECK_INTERVAL)
 
 
-def _amqp_protocols(broker: Any, alarm: MemoryAlarm
+def _resource_alarms(broker: Any, data_dir: str | None) -> ResourceAlarms:
+    """The memory and disk alarms over the broker's queues and data directory (the
+    connections are added once the ports exist)."""
+
+    def queues() -> Iterable[Any]:
+        for vhost in broker.virtual_hosts:
+            namespace = getattr(vhost, "namespace", None)
+            if namespace is not None:
+                yield from namespace.queues.values()
+
+    return ResourceAlarms(int(broker.memory_high_watermark), int(broker.disk_free_limit),
+                          data_dir=data_dir, queues=queues)
+
+
+def _amqp_protocols(broker: Any, alarms: ResourceAlarms
                     ) -> Callable[[Any, ConnectionRegistry], Callable[[], AmqpProtocol]]:
     """What makes the protocol of each connection an AMQP port accepts."""
 
     def for_port(port: Any, registry: ConnectionRegistry) -> Callable[[], AmqpProtocol]:
-        host = BrokerHost(broker, port, alarm)
+        host = BrokerHost(broker, port, alarms)
 
         def engine_factory(version: AmqpVersion, remote_host: str,
                            remote_port: int) -> AmqpConnection:
@@ -242,22 +230,22 @@ def _tune_garbage_collector() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 100)
 
 
-async def _main(system: Any) -> None:
+async def _main(system: Any, data_dir: str | None) -> None:
     _raise_descriptor_limit()
     _tune_garbage_collector()
     broker = system.broker
-    alarm = MemoryAlarm(int(broker.memory_high_watermark))
+    alarms = broker.resource_alarms = _resource_alarms(broker, data_dir)
     failure: errors.BrokerError | None = None
     async with anyio.create_task_group() as tg:
-        listeners = Listeners(tg, _amqp_protocols(broker, alarm), _management_plugin)
-        alarm.registries = listeners.registries
+        listeners = Listeners(tg, _amqp_protocols(broker, alarms), _management_plugin)
+        alarms.registries = listeners.registries
         try:
             broker.start_listening(listeners)
         except errors.BrokerError as exc:       # a port cannot listen (its number in use)
             failure = exc
         else:
             await listeners.wait_started()
-            await _run(broker, alarm, tg)
+            await _run(broker, alarms, tg)
         await listeners.shutdown(MANAGEMENT_STOP_TIMEOUT)
         broker.stop_listening()
         tg.cancel_scope.cancel()
@@ -265,13 +253,13 @@ async def _main(system: Any) -> None:
         raise failure
 
 
-async def _run(broker: Any, alarm: MemoryAlarm, tg: TaskGroup) -> None:
-    """Drive timers and the memory alarm until SIGINT or SIGTERM."""
+async def _run(broker: Any, alarms: ResourceAlarms, tg: TaskGroup) -> None:
+    """Drive timers and the resource alarms until SIGINT or SIGTERM."""
     for vhost in broker.virtual_hosts:
         if getattr(vhost, "journal", None) is not None:
             vhost.journal.attach_loop(asyncio.get_running_loop())
     tg.start_soon(_drive_virtual_hosts, broker)
-    tg.start_soon(_watch_memory, alarm)
+    tg.start_soon(_watch_resources, alarms)
     log.info("DeltaMQ %s ready", __version__)
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
@@ -294,20 +282,31 @@ def serve(config_path: str | None, context: dict[str, str], log_level: str = "IN
     The broker-level configuration is kept in the store that
     ``deltamq.config_store_type`` names (``delta`` unless told otherwise),
     seeded from ``config_path`` when empty, or replaced by it with
-    ``overwrite_config`` (see :mod:`broker.model.initial_config`).
+    ``overwrite_config`` (see :mod:`broker.model.initial_config`).  The data
+    directory (``deltamq.data_dir``) is claimed first and held until the end:
+    exit code 1 when another broker holds it, 2 when it cannot be written.
     """
-    from broker.model import load_system_config
+    from broker.model.system_config import configure_system, open_system
 
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    lock: data_directory.DataDirectoryLock | None = None
     try:
-        system = load_system_config(config_path, context, store_type=None,
-                                    overwrite=overwrite_config)
+        system = configure_system(config_path, context, store_type=None,
+                                  overwrite=overwrite_config)
+        lock = data_directory.claim(system.resolve("${deltamq.data_dir}"))
+        open_system(system)
+    except data_directory.DataDirectoryInUse as exc:
+        log.error("cannot start: %s", exc.text)
+        return 1
     except errors.BrokerError as exc:
         log.error("cannot start: %s", exc.text or exc)
+        if lock is not None:
+            lock.release()
         return 2
     try:
-        anyio.run(_main, system, backend="asyncio", backend_options=_backend_options())
+        anyio.run(_main, system, None if lock is None else str(lock.path),
+                  backend="asyncio", backend_options=_backend_options())
     except OSError as exc:
         log.error("cannot start: %s", exc)
         return 1
@@ -318,5 +317,7 @@ def serve(config_path: str | None, context: dict[str, str], log_level: str = "IN
         close = getattr(system, "close", None)
         if close is not None:
             close()
+        if lock is not None:
+            lock.release()          # after the journal writers have ended
     log.info("DeltaMQ stopped")
     return 0

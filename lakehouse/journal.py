@@ -74,6 +74,7 @@ from typing import TYPE_CHECKING, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from broker.data_directory import inherited_descriptors
 from broker.messaging.message import Message, MessageProperties
 from broker.protocol.amqp0_9_1.properties import CODEC
 
@@ -199,7 +200,8 @@ class DeltaMessageJournal:
             [sys.executable, "-m", "lakehouse.journal_writer", str(self.path), str(HISTORY_RETENTION_HOURS),
              str(LOG_RETENTION_HOURS),
              self.vhost],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
+            pass_fds=inherited_descriptors())   # it holds the data directory while it lives
         assert self._writer.stdin is not None and self._writer.stdout is not None
         try:                                   # a group in one write, not several (Linux: 64 KiB default)
             fcntl.fcntl(self._writer.stdin.fileno(), fcntl.F_SETPIPE_SZ, _PIPE_SIZE)

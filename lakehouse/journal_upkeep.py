@@ -31,6 +31,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from broker.data_directory import inherited_descriptors
+
 from .delta_table import AppendOnlyTable, is_uri
 from .journal_writer import advance_watermark, journal_table
 from .maintenance import TableMaintenance
@@ -81,7 +83,9 @@ class UpkeepProcess:
         self._start()
 
     def _start(self) -> None:
-        self._process = subprocess.Popen(self._command, stdin=subprocess.PIPE, bufsize=0)
+        # it writes the table too: it holds the data directory's lock while it lives
+        self._process = subprocess.Popen(self._command, stdin=subprocess.PIPE, bufsize=0,
+                                         pass_fds=inherited_descriptors())
         assert self._process.stdin is not None
         self._wake_fd = self._process.stdin.fileno()
         os.set_blocking(self._wake_fd, False)

@@ -169,7 +169,7 @@ class Queue:
         "name", "vhost", "durable", "journal", "auto_delete", "exclusive_owner", "arguments", "settings",
         "bindings", "_clock", "_host", "_consumers", "_next_consumer", "_exclusive_consumer",
         "_prioritised", "_priority_cursor",
-        "_sac", "_ready", "_ready_bytes", "_unacked", "_dispatching",
+        "_sac", "_ready", "_ready_bytes", "_unacked", "_unacked_bytes", "_dispatching",
         "_deleted", "_timed", "_ttl", "_limited", "_last_used", "_fresh", "_returned", "_taken",
         "_arriving", "_awaited",
         "enqueued_messages", "enqueued_bytes", "delivered_messages", "delivered_bytes",
@@ -203,6 +203,7 @@ class Queue:
         self._ready = 0
         self._ready_bytes = 0
         self._unacked = 0
+        self._unacked_bytes = 0
         self._dispatching = False
         self._deleted = False
         self._ttl = None if settings.message_ttl is None else settings.message_ttl / 1000.0
@@ -244,6 +245,11 @@ class Queue:
     @property
     def unacked_count(self) -> int:
         return self._unacked
+
+    @property
+    def unacked_bytes(self) -> int:
+        """Body bytes of the messages delivered and not yet settled."""
+        return self._unacked_bytes
 
     @property
     def consumers(self) -> tuple[Consumer, ...]:
@@ -470,6 +476,7 @@ class Queue:
         else:
             entry.state = ACQUIRED
             self._unacked += 1
+            self._unacked_bytes += len(entry.message.body)
         self.delivered_messages += 1
         self.delivered_bytes += len(entry.message.body)
         if self.journal is not None and entry.message.persistent:
@@ -528,6 +535,7 @@ class Queue:
             else:
                 entry.state = ACQUIRED
                 self._unacked += 1
+                self._unacked_bytes += len(entry.message.body)
             self.delivered_messages += 1
             self.delivered_bytes += len(entry.message.body)
             if self.journal is not None and entry.message.persistent:
@@ -540,6 +548,7 @@ class Queue:
         if entry.state == ACQUIRED:
             entry.state = SETTLED
             self._unacked -= 1
+            self._unacked_bytes -= len(entry.message.body)
             self._forget(entry)
             journal = self.journal
             if journal is not None and entry.message.persistent:
@@ -549,6 +558,7 @@ class Queue:
         """Reject without requeue: dead-letter (reason ``rejected``) or discard."""
         if entry.state == ACQUIRED:
             self._unacked -= 1
+            self._unacked_bytes -= len(entry.message.body)
             self._retire(entry, "rejected", entry.delivery_count + 1)
 
     def reinstate(self, entry: QueueEntry) -> None:
@@ -579,6 +589,7 @@ class Queue:
         if entry.state != ACQUIRED:
             return False
         self._unacked -= 1
+        self._unacked_bytes -= len(entry.message.body)
         entry.delivery_count += 1
         entry.redelivered = True
         if self._deleted:

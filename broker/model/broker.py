@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING, Any, cast
 from broker.errors import ConfigurationError
 from broker.model.attributes import attribute, derived
 from broker.model.configured_object import ConfiguredObject, State
+from broker.resource_alarms import resident_memory
 
 if TYPE_CHECKING:
     from broker.model.authentication import AuthenticationProvider
     from broker.model.port import Port, PortActivation
     from broker.model.virtualhost import VirtualHost, VirtualHostNode
+    from broker.resource_alarms import ResourceAlarms
 
 #: share of the memory available to the process above which publishers are
 #: blocked (RabbitMQ's ``vm_memory_high_watermark`` of 0.4)
@@ -48,8 +50,15 @@ class Broker(ConfiguredObject):
         description="Largest message body in bytes; larger ones are refused")
     memory_high_watermark = attribute(
         int, default="${deltamq.memory_high_watermark}",
-        description="Bytes of memory in use above which publishing connections are"
-                    " blocked (connection.blocked); default 40% of available memory")
+        description="Bytes held by queues (message bodies, plus 256 per message) and"
+                    " connection buffers above which publishing connections are blocked"
+                    " (connection.blocked) until they fall below 90% of it; default 40% of"
+                    " available memory")
+    disk_free_limit = attribute(
+        int, default="${deltamq.disk_free_limit}",
+        description="Bytes free on the data directory's file system below which publishing"
+                    " connections are blocked (connection.blocked) until 110% of it is free"
+                    " again; 0: no disk alarm; default 50000000 (RabbitMQ's disk_free_limit)")
 
     def __init__(self, parent: ConfiguredObject | None, attributes: Mapping[str, Any],
                  *, id: str | None = None) -> None:
@@ -57,6 +66,8 @@ class Broker(ConfiguredObject):
         self.started_at = time.monotonic()
         #: binds ports while the broker runs (None: the model is not served, e.g. in tests)
         self.port_activation: PortActivation | None = None
+        #: the memory and disk alarms while the broker runs (None: not served)
+        self.resource_alarms: ResourceAlarms | None = None
 
     # -- statistics -----------------------------------------------------------------
 
@@ -88,6 +99,39 @@ class Broker(ConfiguredObject):
     def bytes_out(self) -> int:
         return self._summed_over_hosts("bytes_out")
 
+    @derived(int, statistic=True,
+             description="Bytes the memory alarm accounts: message bodies held by queues"
+                         " (ready and unacknowledged) plus 256 per message, and connection"
+                         " buffers")
+    def memory_used(self) -> int:
+        alarms = self.resource_alarms
+        return (alarms.memory.value or 0) if alarms is not None else 0
+
+    @derived(int, statistic=True,
+             description="The broker process's resident set size in bytes (reported only:"
+                         " it does not shrink when queues drain)")
+    def resident_memory_size(self) -> int:
+        return resident_memory()
+
+    @derived(bool, statistic=True,
+             description="True while the memory alarm blocks publishers (memoryUsed above"
+                         " memoryHighWatermark, until below 90% of it)")
+    def memory_alarm(self) -> bool:
+        return self.resource_alarms is not None and self.resource_alarms.memory.set
+
+    @derived(int, statistic=True,
+             description="Bytes free on the data directory's file system (-1: not known)")
+    def disk_free(self) -> int:
+        alarms = self.resource_alarms
+        value = alarms.disk.value if alarms is not None else None
+        return -1 if value is None else value
+
+    @derived(bool, statistic=True,
+             description="True while the disk alarm blocks publishers (diskFree below"
+                         " diskFreeLimit, until 110% of it is free)")
+    def disk_alarm(self) -> bool:
+        return self.resource_alarms is not None and self.resource_alarms.disk.set
+
     def _summed_over_hosts(self, statistic: str) -> int:
         return sum(int(getattr(vhost, statistic)) for vhost in self.virtual_hosts)
 
@@ -104,6 +148,9 @@ class Broker(ConfiguredObject):
         if self.max_message_size <= 0 or self.memory_high_watermark <= 0:
             raise ConfigurationError(f"{self.label}: 'maxMessageSize' and 'memoryHighWatermark'"
                                      " must be positive")
+        if self.disk_free_limit < 0:
+            raise ConfigurationError(f"{self.label}: 'diskFreeLimit' must not be negative"
+                                     " (0 turns the disk alarm off)")
 
     # -- listening ----------------------------------------------------------------
 

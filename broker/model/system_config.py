@@ -42,11 +42,13 @@ from broker.model.initial_config import DEFAULT_CONFIG_RESOURCE, REPOSITORY_CONF
 from broker.model.persistence import StoreBinding, recover
 from broker.model.system_store import STORE_PATH_VARIABLE, STORE_TYPE_VARIABLE
 from broker.model.virtualhost import NamespaceFactory, VirtualHostNode
+from broker.resource_alarms import DEFAULT_DISK_FREE_LIMIT
 
 log = logging.getLogger(__name__)
 
 __all__ = ["BUILTIN_CONTEXT", "DEFAULT_CONFIG_RESOURCE", "REPOSITORY_CONFIG", "SystemConfig",
-           "default_configuration_text", "load_system_config", "read_configuration"]
+           "configure_system", "default_configuration_text", "load_system_config", "open_system",
+           "read_configuration"]
 
 #: the lowest-precedence context values; callables are computed when first asked
 BUILTIN_CONTEXT: dict[str, str | Callable[[], str]] = {
@@ -54,6 +56,7 @@ BUILTIN_CONTEXT: dict[str, str | Callable[[], str]] = {
     "deltamq.amqp_port": "5672",
     "deltamq.http_port": "8080",
     "deltamq.memory_high_watermark": default_memory_high_watermark,
+    "deltamq.disk_free_limit": str(DEFAULT_DISK_FREE_LIMIT),
     STORE_TYPE_VARIABLE: system_store.DEFAULT_STORE_TYPE,
     STORE_PATH_VARIABLE: system_store.DEFAULT_STORE_PATH,
 }
@@ -225,6 +228,23 @@ def load_system_config(
     (Broker-J's initial configuration, and its "overwrite store" option).
     Raises :class:`ConfigurationError` naming what is wrong.
     """
+    system = configure_system(config_path, context, store=store, store_type=store_type,
+                              overwrite=overwrite, namespace_factory=namespace_factory)
+    open_system(system)
+    return system
+
+
+def configure_system(
+    config_path: str | None,
+    context: Mapping[str, str],
+    *,
+    store: DurableConfigurationStore | None = None,
+    store_type: str | None = "memory",
+    overwrite: bool = False,
+    namespace_factory: NamespaceFactory | None = None,
+) -> SystemConfig:
+    """The first half of :func:`load_system_config`: the tree's root with its context and
+    store, nothing read from the store yet (the server claims its data directory between)."""
     initial = read_initial_configuration(config_path)
     system = SystemConfig({"context": dict(initial.context)}, overrides=context, store=store,
                           initial=initial, overwrite=overwrite,
@@ -234,9 +254,13 @@ def load_system_config(
                                    else "${" + STORE_TYPE_VARIABLE + "}")
         system.store = system_store.create_store(
             type_name, system.resolve("${" + STORE_PATH_VARIABLE + "}"))
+    return system
+
+
+def open_system(system: SystemConfig) -> None:
+    """Open the store and the tree (the second half of :func:`load_system_config`)."""
     try:
         system.open()
     except BaseException:
         system.close()
         raise
-    return system

@@ -43,9 +43,14 @@ class ConnectionRegistry:
     connections: set[AmqpProtocol] = field(default_factory=set)
     max_connections: int = -1
 
-    def set_blocked(self, blocked: bool) -> None:
+    def set_blocked(self, blocked: bool, reason: str = "low on memory") -> None:
         for conn in list(self.connections):
-            conn.set_blocked(blocked)
+            conn.set_blocked(blocked, reason)
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes the connections hold in their buffers (for the memory alarm)."""
+        return sum(conn.buffered_bytes for conn in self.connections)
 
 
 class AmqpProtocol(asyncio.Protocol):
@@ -181,12 +186,22 @@ class AmqpProtocol(asyncio.Protocol):
 
         future.add_done_callback(done)
 
-    def set_blocked(self, blocked: bool) -> None:
-        """Memory alarm: tell the engine; read again once it no longer holds input back."""
+    @property
+    def buffered_bytes(self) -> int:
+        """Input not yet parsed and output not yet written (the memory alarm counts them)."""
+        held = len(self._header)
+        if self.engine is not None:
+            held += self.engine.buffered_bytes
+        if self.transport is not None:
+            held += self.transport.get_write_buffer_size()
+        return held
+
+    def set_blocked(self, blocked: bool, reason: str = "low on memory") -> None:
+        """Resource alarm: tell the engine; read again once it no longer holds input back."""
         engine = self.engine
         if engine is None:
             return
-        engine.set_blocked(blocked)
+        engine.set_blocked(blocked, reason)
         if self._read_paused and not engine.reading_paused and self.transport is not None:
             self._read_paused = False
             self.transport.resume_reading()

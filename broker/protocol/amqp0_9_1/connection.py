@@ -213,6 +213,16 @@ class AmqpConnection:
         return self._in_flight + self._out_bytes < WRITE_BUFFER_LIMIT
 
     @property
+    def buffered_bytes(self) -> int:
+        """Bytes this connection buffers: unparsed input and unsent output.
+
+        Publishes held from a blocked publisher are left out: they are bounded
+        (:data:`HOLD_LIMIT`) and go only once the alarm clears, so counting
+        them could keep the memory alarm set for good.
+        """
+        return len(self._rest) + self._out_bytes
+
+    @property
     def reading_paused(self) -> bool:
         """A blocked publisher is read only until its held frames reach :data:`HOLD_LIMIT`."""
         return self._held_bytes >= HOLD_LIMIT
@@ -532,8 +542,9 @@ class AmqpConnection:
         self.state = State.OPEN
         self.send_method(0, m.ConnectionOpenOk())
         self.host.connection_opened(self)
-        if self.host.memory_blocked:
-            self.set_blocked(True)
+        reason = self.host.alarm_reason
+        if reason:
+            self.set_blocked(True, reason)
 
     # -- errors and shutdown ------------------------------------------------------
     def _connection_error(self, exc: errors.BrokerError, class_id: int = 0, method_id: int = 0) -> None:

@@ -251,3 +251,25 @@ def test_last_consumer_leaving_restarts_expiry_clock() -> None:
     clock.advance(5)
     queue.remove_consumer(consumer)
     assert queue.next_deadline() == pytest.approx(clock.now + 1)
+
+
+def test_unacked_bytes_follow_deliveries_until_they_are_settled() -> None:
+    # what the memory alarm counts besides the ready bytes
+    queue = Queue("q")
+    fill(queue, "aaaa", "bb", "c", "dddddddd")
+    first, second, third = queue.get(), queue.get(), queue.get()
+    assert first is not None and second is not None and third is not None
+    assert queue.unacked_bytes == 7 and queue.message_bytes == 8
+    queue.settle(first)
+    assert queue.unacked_bytes == 3
+    queue.release(second)                       # back to ready
+    assert queue.unacked_bytes == 1 and queue.message_bytes == 10
+    queue.reject(third)
+    assert queue.unacked_bytes == 0
+    consumer = RecordingConsumer()
+    queue.add_consumer(consumer)
+    queue.dispatch()                             # delivered to a consumer: unacked again
+    assert queue.unacked_bytes == 10 and queue.message_bytes == 0
+    queue.remove_consumer(consumer)
+    queue.release_many(list(consumer.entries))
+    assert queue.unacked_bytes == 0 and queue.message_bytes == 10

@@ -45,7 +45,8 @@ class FakeHost:
     channel_max: int = 2047
     heartbeat: int = 60
     max_message_size: int = 1 << 20
-    blocked: bool = False
+    #: the resource alarm's reason ("low on disk"), "" when publishers are not blocked
+    alarm: str = ""
     opened: list[Any] = field(default_factory=list)
     namespace: Namespace = field(init=False)
 
@@ -75,8 +76,8 @@ class FakeHost:
         self.opened.remove(connection)
 
     @property
-    def memory_blocked(self) -> bool:
-        return self.blocked
+    def alarm_reason(self) -> str:
+        return self.alarm
 
 
 @dataclass

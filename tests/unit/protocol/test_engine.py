@@ -353,6 +353,28 @@ def test_connection_blocked_is_sent_to_clients_that_asked(client: Client) -> Non
     client.expect(m.ConnectionUnblocked, 0)
 
 
+def test_a_connection_opened_during_an_alarm_is_blocked_with_its_reason(host: FakeHost) -> None:
+    host.alarm = "low on disk"
+    c = Client(host)
+    c.handshake()
+    c.open_channel(1)
+    assert c.take() == []
+    c.publish(1, "", "nowhere", b"x")
+    assert c.expect(m.ConnectionBlocked, 0).reason == "low on disk"
+    c.server.set_blocked(False)
+    c.expect(m.ConnectionUnblocked, 0)
+
+
+def test_buffered_bytes_are_unsent_output_and_unparsed_input(client: Client) -> None:
+    assert client.server.buffered_bytes == 0
+    client.server.receive_data(b"\x01\x00\x01")        # the start of a frame
+    assert client.server.buffered_bytes == 3
+    client.server.send_heartbeat()
+    assert client.server.buffered_bytes == 3 + 8
+    client.server.data_to_send()
+    assert client.server.buffered_bytes == 3
+
+
 class _Recorder:
     """Stands in for the model's runtime objects: records what the engine registers."""
 

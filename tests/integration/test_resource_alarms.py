@@ -1,0 +1,176 @@
+"""The memory and disk alarms, as a publisher meets them (issue 10, items 2 and 3).
+
+The memory alarm used to compare the process's RSS, which does not shrink:
+drained queues left publishers blocked for minutes.  It now accounts what the
+broker holds (queued bytes, buffers) and clears once that falls; a disk alarm
+blocks publishers before the data directory's file system fills.  Both are
+seen by pika as connection.blocked / connection.unblocked, and by management
+as the broker's statistics.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pika
+import pytest
+
+from tests.mgmt.conftest import wait_for_http
+
+from .conftest import DeltaMQProcess
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+if os.environ.get("DELTAMQ_TEST_AMQP_URL"):
+    pytest.skip("starts brokers of its own: DeltaMQ only", allow_module_level=True)
+
+WATERMARK = 300_000
+BODY = 10_000
+COUNT = 40                                 # 400 KB of bodies: past the watermark
+
+
+class Publisher:
+    """A pika connection that notes connection.blocked and connection.unblocked."""
+
+    def __init__(self, proc: DeltaMQProcess) -> None:
+        self.connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1",
+                                                                            proc.amqp_port))
+        self.events: list[str] = []
+        self.connection.add_on_connection_blocked_callback(
+            lambda _c, frame: self.events.append(f"blocked: {frame.method.reason}"))
+        self.connection.add_on_connection_unblocked_callback(
+            lambda _c, _frame: self.events.append("unblocked"))
+        self.channel = self.connection.channel()
+
+    def wait_for(self, event: str, timeout: float = 10.0,
+                 meanwhile: Callable[[], bool] = lambda: True) -> None:
+        """Serve the connection until ``event`` was seen and ``meanwhile`` says it is done."""
+        deadline = time.monotonic() + timeout
+        while not (meanwhile() and event in self.events) and time.monotonic() < deadline:
+            self.connection.process_data_events(time_limit=0.1)
+        assert event in self.events, self.events
+
+
+def _statistics(proc: DeltaMQProcess) -> dict[str, Any]:
+    answer = httpx.get(f"http://127.0.0.1:{proc.http_port}/api/latest/broker",
+                       auth=("guest", "guest"), timeout=30)
+    assert answer.status_code == 200, answer.text
+    statistics: dict[str, Any] = answer.json()["statistics"]
+    return statistics
+
+
+def _alarm_lines(proc: DeltaMQProcess, resource: str) -> list[str]:
+    return [line.split(f"{resource} alarm ", 1)[1].split(":")[0]
+            for line in proc.log_tail(100_000).splitlines() if f" {resource} alarm " in line]
+
+
+@pytest.fixture
+def low_watermark() -> Iterator[DeltaMQProcess]:
+    proc = DeltaMQProcess()
+    proc.command += ["-D", f"deltamq.memory_high_watermark={WATERMARK}"]
+    proc.start()
+    try:
+        wait_for_http(proc)
+        yield proc
+    finally:
+        proc.stop()
+
+
+def test_memory_alarm_is_set_by_queued_messages_and_clears_when_they_are_consumed(
+        low_watermark: DeltaMQProcess) -> None:
+    idle = _statistics(low_watermark)
+    assert idle["memoryAlarm"] is False and idle["memoryUsed"] < WATERMARK
+    assert idle["residentMemorySize"] > idle["memoryUsed"]
+    publisher = Publisher(low_watermark)
+    queue = publisher.channel.queue_declare("", exclusive=False, auto_delete=False).method.queue
+    for n in range(COUNT):
+        publisher.channel.basic_publish("", queue, bytes([n]) * BODY)
+    publisher.wait_for("blocked: low on memory")
+    alarmed = _statistics(low_watermark)
+    assert alarmed["memoryAlarm"] is True and alarmed["memoryUsed"] > WATERMARK
+    assert alarmed["diskAlarm"] is False
+
+    # a consumer (never blocked) drains the queue; the alarm clears by itself
+    consumer = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1",
+                                                                 low_watermark.amqp_port))
+    cch = consumer.channel()
+    received: list[bytes] = []
+
+    def consume() -> bool:
+        while (got := cch.basic_get(queue, auto_ack=True))[0] is not None:
+            received.append(got[2])
+        return len(received) == COUNT    # publishes held while blocked come once unblocked
+    publisher.wait_for("unblocked", timeout=15, meanwhile=consume)
+    assert sorted(received) == [bytes([n]) * BODY for n in range(COUNT)]
+    cleared = _statistics(low_watermark)
+    assert cleared["memoryAlarm"] is False and cleared["memoryUsed"] < WATERMARK
+    assert _alarm_lines(low_watermark, "memory") == ["set", "cleared"]
+    publisher.channel.basic_publish("", queue, b"publishing again")   # not blocked any more
+    publisher.connection.process_data_events(time_limit=0.2)
+    assert publisher.events == ["blocked: low on memory", "unblocked"]
+    consumer.close()
+    publisher.connection.close()
+
+
+@pytest.fixture
+def small_disk() -> Iterator[Path]:
+    """A 64 MiB tmpfs (root with CAP_SYS_ADMIN only)."""
+    where = Path(tempfile.mkdtemp(prefix="deltamq-disk-"))
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(where)],
+                             capture_output=True)
+    if mounted.returncode != 0:
+        shutil.rmtree(where, ignore_errors=True)
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=False)
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def _free(path: Path) -> int:
+    stats = os.statvfs(path)
+    return stats.f_bavail * stats.f_frsize
+
+
+def test_disk_alarm_blocks_publishers_before_the_disk_fills_and_clears_with_space(
+        small_disk: Path) -> None:
+    ballast = small_disk / "ballast"
+    ballast.write_bytes(b"\0" * (16 << 20))
+    limit = _free(small_disk) - (8 << 20)            # 8 MiB of messages from now on
+    proc = DeltaMQProcess()
+    at = proc.command.index("--data-dir")
+    proc.command[at + 1] = str(small_disk / "data")
+    proc.command += ["-D", f"deltamq.disk_free_limit={limit}"]
+    proc.start()
+    try:
+        wait_for_http(proc)
+        assert _statistics(proc)["diskAlarm"] is False
+        publisher = Publisher(proc)
+        publisher.channel.queue_declare("big", durable=True)
+        persistent = pika.BasicProperties(delivery_mode=2)
+        for _ in range(20):                         # at most 20 MiB: the disk never fills
+            publisher.channel.basic_publish("", "big", os.urandom(1 << 20), persistent)
+            publisher.connection.process_data_events(time_limit=0.3)
+            if publisher.events:
+                break
+        publisher.wait_for("blocked: low on disk")
+        alarmed = _statistics(proc)
+        assert alarmed["diskAlarm"] is True and 0 <= alarmed["diskFree"] < limit
+        assert alarmed["memoryAlarm"] is False
+        ballast.unlink()                            # 16 MiB free again: past limit + 10%
+        publisher.wait_for("unblocked")
+        cleared = _statistics(proc)
+        assert cleared["diskAlarm"] is False and cleared["diskFree"] >= limit * 1.1
+        assert _alarm_lines(proc, "disk") == ["set", "cleared"]
+        publisher.connection.close()
+    finally:
+        proc.stop()
