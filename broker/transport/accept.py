@@ -1,14 +1,16 @@
 """Accepting connections on a listening socket, and going on when descriptors run out.
 
-Why not ``loop.create_server``?  Under uvloop an ``accept`` that fails with
-EMFILE (the process is out of file descriptors) closes the listening handle
-for good, silently: the port stops taking connections until the broker
-restarts.  asyncio's own loop survives but logs a traceback every second.
-:class:`Acceptor` accepts itself and, when the process (or the system) is
-out of descriptors or memory, stops accepting, logs once, and tries again
-every :data:`ACCEPT_RETRY_DELAY` seconds; new clients wait in the listen
-backlog meanwhile, and are taken as soon as descriptors free up (the open
-timeout of :mod:`.handshake` frees those held by idle half-open sockets).
+Why not ``loop.create_server``?  Under uvloop, an ``accept`` that fails with
+EMFILE (the process is out of file descriptors) makes libuv accept every
+client waiting in the backlog and reset it at once, silently -- and should
+libuv report the error instead, uvloop closes the listening handle for good.
+asyncio's own loop logs a traceback every second.  :class:`Acceptor` accepts
+itself and, when the process (or the system) is out of descriptors or
+memory, stops accepting, logs once, and tries again every
+:data:`ACCEPT_RETRY_DELAY` seconds (RabbitMQ's acceptors pause likewise); new
+clients wait in the listen backlog meanwhile, and are taken as soon as
+descriptors free up (the open timeout of :mod:`.handshake` frees those held by
+half-open sockets).
 Accepting again is logged once too.
 """
 
