@@ -9,13 +9,15 @@ that came in through it, as in Broker-J.
 A port's socket is bound synchronously when the port opens, so a port
 number in use fails the creation itself (nothing is stored); accepting on
 it starts on the next turn of the event loop.  An AMQP port accepts with the
-broker's own transport (:mod:`broker.transport.tcp`); a port that carries
-HTTP runs a new instance of the management plugin of its type.
+broker's own transport (:mod:`broker.transport.accept`,
+:mod:`broker.transport.tcp`); a port that carries HTTP runs a new instance of
+the management plugin of its type.  Every AMQP port applies the handshake
+limits of its context (:mod:`broker.transport.handshake`), and counts
+opening connections per source address in one table shared by all ports.
 """
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import logging
 import socket
@@ -28,6 +30,8 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from broker import errors
 from broker.model.port import Port, PortListener
+from broker.transport.accept import Acceptor
+from broker.transport.handshake import HandshakeLimits, OpeningConnections
 from broker.transport.tcp import AmqpProtocol, ConnectionRegistry, close_all
 
 log = logging.getLogger("deltamq")
@@ -105,7 +109,7 @@ class AmqpListener:
         self.bound_host = port.local_host
         self.requested_port = int(port.port)
         self.closed = False
-        self._servers: list[asyncio.AbstractServer] = []
+        self._acceptors: list[Acceptor] = []
         #: every connection accepted, handshake done or not (the registry has the former)
         self._accepted: weakref.WeakSet[AmqpProtocol] = weakref.WeakSet()
 
@@ -121,16 +125,18 @@ class AmqpListener:
 
     def reconfigure(self) -> None:
         self.registry.max_connections = int(self.port.max_open_connections)
+        try:
+            self.registry.limits = HandshakeLimits.resolved(self.port.resolve)
+        except errors.BrokerError as exc:
+            log.error("AMQP port '%s' keeps its handshake limits: %s", self.port.name, exc)
 
     async def serve(self) -> None:
-        loop = asyncio.get_running_loop()
         for sock in self.sockets:
             if self.closed:
                 return
-            server = await loop.create_server(self._accept, sock=sock, backlog=BACKLOG)
-            self._servers.append(server)
-            if self.closed:                     # closed while the server was being made
-                server.close()
+            acceptor = Acceptor(sock, self._accept, self.port.name)
+            acceptor.start()
+            self._acceptors.append(acceptor)
 
     def close(self) -> None:
         """Stop listening; close every connection that came in here (320 CONNECTION_FORCED)."""
@@ -154,8 +160,8 @@ class AmqpListener:
         if self.closed:
             return
         self.closed = True
-        for server in self._servers:
-            server.close()
+        for acceptor in self._acceptors:
+            acceptor.close()
         for sock in self.sockets:
             sock.close()
 
@@ -249,6 +255,8 @@ class Listeners:
         self.management = management
         self._amqp: list[AmqpListener] = []
         self._http: list[HttpListener] = []
+        #: connections not yet opened, per source address, on every AMQP port
+        self.opening = OpeningConnections()
 
     def listen(self, port: Port) -> PortListener | None:
         """Bind ``port`` now and start accepting on it (OSError when it cannot bind)."""
@@ -259,8 +267,10 @@ class Listeners:
         return None
 
     def _listen_amqp(self, port: Port) -> AmqpListener:
+        limits = HandshakeLimits.resolved(port.resolve)
         sockets = bind_sockets(port.local_host, int(port.port))
-        registry = ConnectionRegistry(max_connections=int(port.max_open_connections))
+        registry = ConnectionRegistry(max_connections=int(port.max_open_connections),
+                                      limits=limits, opening=self.opening)
         listener = AmqpListener(port, sockets, self.amqp_protocols(port, registry), registry)
         self._amqp.append(listener)
         self.group.start_soon(listener.serve)
@@ -307,3 +317,4 @@ class Listeners:
             amqp_listener.stop_listening()         # no new connection while the others close
         for amqp_listener in amqp:
             await amqp_listener.shutdown()
+        self.opening.notices.flush()

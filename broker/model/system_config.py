@@ -57,6 +57,10 @@ BUILTIN_CONTEXT: dict[str, str | Callable[[], str]] = {
     "deltamq.http_port": "8080",
     "deltamq.memory_high_watermark": default_memory_high_watermark,
     "deltamq.disk_free_limit": str(DEFAULT_DISK_FREE_LIMIT),
+    # seconds and counts of broker.transport.handshake
+    "deltamq.connection_open_timeout": "10",
+    "deltamq.max_opening_connections_per_address": "100",
+    "deltamq.connection_close_timeout": "30",
     STORE_TYPE_VARIABLE: system_store.DEFAULT_STORE_TYPE,
     STORE_PATH_VARIABLE: system_store.DEFAULT_STORE_PATH,
 }

@@ -14,6 +14,15 @@ groups, signals, worker threads, timers).
 
 Heartbeats (AMQP 0-9-1 spec 4.2.7): a timer per connection beats when we have
 been quiet for about half the interval, and drops a peer silent for two.
+
+Opening and closing are bounded (:mod:`.handshake`): a connection that has
+not opened within the open timeout is closed, and one source address may
+have only so many opening at once.  After ``connection.close-ok`` went out
+the socket stays open, read and discarded, until the client closes it or the
+close timeout passes (RabbitMQ does the same): a client that still had
+frames on their way when it closed -- amqplib writes a channel's queued
+publishes after the connection's close -- would otherwise meet a reset and
+report an error instead of its close.
 """
 
 from __future__ import annotations
@@ -25,11 +34,10 @@ from typing import Any, Callable, cast
 
 from broker import errors
 from broker.protocol.detect import HEADER_SIZE, AmqpVersion, detect
+from broker.transport.handshake import HandshakeLimits, OpeningConnections
 
 log = logging.getLogger(__name__)
 
-HANDSHAKE_TIMEOUT = 10.0       # seconds to send a protocol header
-CLOSE_TIMEOUT = 5.0            # seconds to wait for close-ok after we closed
 WRITE_HIGH_WATER = 1 << 20     # transport buffer above which deliveries pause
 IDLE_TICK = 0.25               # timer period while no heartbeat is negotiated
 
@@ -42,6 +50,9 @@ class ConnectionRegistry:
 
     connections: set[AmqpProtocol] = field(default_factory=set)
     max_connections: int = -1
+    limits: HandshakeLimits = field(default_factory=HandshakeLimits)
+    #: shared by every port of the broker: the per-address limit is the broker's
+    opening: OpeningConnections = field(default_factory=OpeningConnections)
 
     def set_blocked(self, blocked: bool, reason: str = "low on memory") -> None:
         for conn in list(self.connections):
@@ -73,6 +84,8 @@ class AmqpProtocol(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._last_received = self._last_sent = self._loop.time()
         self._closing_since: float | None = None
+        self._open_timer: asyncio.TimerHandle | None = None   # armed while counted as opening
+        self._lingering = False
 
     # -- asyncio.Protocol ---------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -82,9 +95,15 @@ class AmqpProtocol(asyncio.Protocol):
         peer = self.transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self._remote = (str(peer[0]), int(peer[1]))
-        self._timer = self._loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
+        limits = self.registry.limits
+        if not self.registry.opening.admit(self._remote[0], limits):
+            self.transport.abort()
+            return
+        self._open_timer = self._loop.call_later(limits.open_timeout, self._open_timeout)
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return                        # closed: read until the peer closes, and drop it
         engine = self.engine
         if engine is None:
             self._header += data
@@ -113,6 +132,7 @@ class AmqpProtocol(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self._opening_done()
         self.registry.connections.discard(self)
         if self.engine is not None:
             self.engine.connection_lost()
@@ -167,8 +187,13 @@ class AmqpProtocol(asyncio.Protocol):
             self._last_sent = self._loop.time()
             if not self._write_paused:
                 engine.output_drained()
-        if engine.closed:
-            transport.close()
+        if self._open_timer is not None and engine.opened:
+            self._opening_done()
+        if engine.closed and not self._lingering:
+            if engine.awaits_peer_close:
+                self._linger()
+            else:
+                transport.close()
 
     def _authenticate(self) -> None:
         """Verify credentials in a worker thread: salted hashes are slow by design."""
@@ -208,7 +233,9 @@ class AmqpProtocol(asyncio.Protocol):
         self._flush()
 
     def close(self, error: errors.BrokerError) -> None:
-        if self.engine is not None:
+        if self._lingering and self.transport is not None:
+            self.transport.close()
+        elif self.engine is not None:
             self.engine.close(error)
             self._flush()
         elif self.transport is not None:
@@ -220,9 +247,36 @@ class AmqpProtocol(asyncio.Protocol):
             self._timer.cancel()
         self._timer = self._loop.call_later(delay, self._tick)
 
-    def _handshake_timeout(self) -> None:
-        if self.engine is None and self.transport is not None:
-            self.transport.close()
+    def _open_timeout(self) -> None:
+        """Not opened in time: close the socket without a word (RabbitMQ's handshake_timeout)."""
+        self._open_timer = None
+        self.registry.opening.done(self._remote[0])
+        if self.transport is None:
+            return
+        state = getattr(self.engine, "state", None)
+        where = "no protocol header" if state is None else f"{getattr(state, 'value', state)}"
+        self.registry.opening.expired(self._remote[0], self.registry.limits, where)
+        self.transport.abort()
+
+    def _opening_done(self) -> None:
+        """Opened, or gone: no longer counted against its address, nor timed."""
+        if self._open_timer is not None:
+            self._open_timer.cancel()
+            self._open_timer = None
+            self.registry.opening.done(self._remote[0])
+
+    def _linger(self) -> None:
+        """close-ok is on its way: read and drop until the peer closes, or the close timeout."""
+        assert self.transport is not None and self.engine is not None
+        self._lingering = True
+        self.registry.connections.discard(self)
+        if self._read_paused:
+            self._read_paused = False
+            self.transport.resume_reading()
+        timeout = self.registry.limits.closing_timeout(self.engine.heartbeat)
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_later(timeout, self.transport.close)
 
     def _tick(self) -> None:
         engine, transport = self.engine, self.transport
@@ -231,7 +285,7 @@ class AmqpProtocol(asyncio.Protocol):
         now = self._loop.time()
         if engine.state.name == "CLOSING":
             self._closing_since = self._closing_since or now
-            if now - self._closing_since > CLOSE_TIMEOUT:
+            if now - self._closing_since > self.registry.limits.closing_timeout(engine.heartbeat):
                 transport.close()
                 return
         interval = engine.heartbeat

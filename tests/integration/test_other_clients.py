@@ -73,3 +73,17 @@ def test_rabbitmq_java_client(java_client: list[str], broker: BrokerEndpoint) ->
     assert seen["highFirst"] is True
     assert seen["returned"] == "NO_ROUTE"
     assert seen["passiveMissing"] == 404 and seen["stillUsable"] is True
+
+
+def test_node_amqplib_close_with_publishes_still_queued(amqplib: Path, broker: BrokerEndpoint) -> None:
+    """amqplib's close goes out before a channel's queued publishes: after close-ok the
+    broker must read on until the client closes, or amqplib meets EPIPE and its close
+    never completes (RabbitMQ reads on too)."""
+    url = f"amqp://{broker.user}:{broker.password}@{broker.host}:{broker.port}/"
+    out = subprocess.run(["node", "close_with_queued_publishes.js", url, "300", "65536"],
+                         cwd=amqplib, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["publishesBuffered"] > 0                 # the scenario happened
+    assert seen["errors"] == [] and seen["closeResolved"] is True
+    assert seen["closeEventError"] is None

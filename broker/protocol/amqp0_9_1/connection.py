@@ -112,6 +112,11 @@ class AmqpConnection:
         self._in_flight = 0
         self.on_output: Callable[[], None] = lambda: None
         self.closed = False                  # transport closes once output is flushed
+        #: connection.open-ok was sent (the transport stops timing the opening)
+        self.opened = False
+        #: closed by sending connection.close-ok: the client closes the socket next, and
+        #: until it does the transport reads and drops what still comes (RabbitMQ does)
+        self.awaits_peer_close = False
         self.close_reason = ""
         self.principal: Principal | None = None
         self.authentication: Callable[[], Principal] | None = None   # work for a worker thread
@@ -393,8 +398,7 @@ class AmqpConnection:
             if channel == 0 and cls is m.ConnectionCloseOk:
                 self._finish()
             elif channel == 0 and cls is m.ConnectionClose:
-                self.send_method(0, m.ConnectionCloseOk())
-                self._finish()
+                self._send_close_ok()
             return
         if cls in _SERVER_ONLY:
             raise errors.CommandInvalid(f"{method.NAME} is sent by servers, not clients")
@@ -437,8 +441,7 @@ class AmqpConnection:
         state = self.state
         if cls is m.ConnectionClose:
             self._teardown()
-            self.send_method(0, m.ConnectionCloseOk())
-            self._finish()
+            self._send_close_ok()
         elif cls is m.ConnectionCloseOk:
             raise errors.CommandInvalid("connection.close-ok without a connection.close")
         elif state is State.AWAITING_START_OK and cls is m.ConnectionStartOk:
@@ -540,6 +543,7 @@ class AmqpConnection:
         self.namespace = self.host.open_virtual_host(method.virtual_host, self.principal)
         self.virtual_host_name = self.namespace.vhost_name
         self.state = State.OPEN
+        self.opened = True
         self.send_method(0, m.ConnectionOpenOk())
         self.host.connection_opened(self)
         reason = self.host.alarm_reason
@@ -580,6 +584,11 @@ class AmqpConnection:
         if was_open and self.namespace is not None:
             self.host.connection_closed(self)
             self.namespace = None
+
+    def _send_close_ok(self) -> None:
+        self.send_method(0, m.ConnectionCloseOk())
+        self.awaits_peer_close = True
+        self._finish()
 
     def _finish(self) -> None:
         if self.state is not State.CLOSED:
