@@ -333,11 +333,16 @@ class Namespace:
 
     def unbind_queue(self, queue_name: str, exchange_name: str, routing_key: str,
                      arguments: dict[str, Any] | None = None, owner: object | None = None) -> None:
-        """Remove a binding; removing one that does not exist succeeds (RabbitMQ)."""
+        """Remove a binding; removing one that does not exist succeeds, and so does
+        removing one whose queue or exchange is gone (RabbitMQ answers unbind-ok:
+        clients unbind in teardowns after an auto-delete queue went)."""
         if not exchange_name:
             raise AccessRefused(_DEFAULT_EXCHANGE_REFUSAL)
-        queue = self.queue(queue_name, owner)
-        exchange = self.exchange(exchange_name)
+        queue = self._queues.get(queue_name)
+        exchange = self._exchanges.get(exchange_name)
+        if queue is None or exchange is None:
+            return
+        self._check_access(queue, owner)
         binding = exchange.find_binding(queue, routing_key, arguments)
         if binding is not None:
             self._remove_binding(binding)
@@ -355,10 +360,14 @@ class Namespace:
 
     def unbind_exchange(self, destination: str, source: str, routing_key: str,
                         arguments: dict[str, Any] | None = None) -> None:
+        """Remove an exchange-to-exchange binding; as :meth:`unbind_queue`, a missing
+        binding, source or destination is not an error."""
         if not destination or not source:
             raise AccessRefused(_DEFAULT_EXCHANGE_REFUSAL)
-        target = self.exchange(destination)
-        origin = self.exchange(source)
+        target = self._exchanges.get(destination)
+        origin = self._exchanges.get(source)
+        if target is None or origin is None:
+            return
         binding = origin.find_binding(target, routing_key, arguments)
         if binding is not None:
             self._remove_binding(binding)
