@@ -15,15 +15,17 @@ created and deleted, each with a JSON-able ``to_record()``;
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, NoReturn, Protocol, Sequence, Union, cast
 
-from broker.errors import AccessRefused, CommandInvalid, NotFound, PreconditionFailed, ResourceLocked
+from broker.errors import AccessRefused, CommandInvalid, NotAllowed, NotFound, PreconditionFailed, ResourceLocked
 from broker.messaging.arguments import (
-    EQUIVALENCE_CHECKED_EXCHANGE_ARGS, EQUIVALENCE_CHECKED_QUEUE_ARGS, describe_value,
-    inequivalent_argument, queue_settings)
+    EQUIVALENCE_CHECKED_EXCHANGE_ARGS, EQUIVALENCE_CHECKED_QUEUE_ARGS, EXCHANGE_ARGUMENTS, QUEUE_ARGUMENTS,
+    UnknownArguments, describe_value, inequivalent_argument, queue_settings, required_alternate_of,
+    unknown_arguments)
 from broker.messaging.dead_letter import dead_lettered, is_cycle
 from broker.messaging.exchange import EXCHANGE_TYPES, Binding, DirectExchange, Exchange
 from broker.messaging.journal import MessageJournal
@@ -33,6 +35,8 @@ from broker.messaging.priority_queue import PriorityQueue
 from broker.messaging.queue import Queue, QueueHost
 from broker.messaging.records import from_json_value
 from broker.messaging.sorted_queue import SortedQueue
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Namespace", "NamespaceListener", "create_queue", "STANDARD_EXCHANGES", "MAX_NAME_BYTES"]
 
@@ -91,6 +95,9 @@ class Namespace:
         self.clock = clock
         #: where durable queues journal persistent messages (None: nothing is journaled)
         self.journal: MessageJournal | None = None
+        #: what a declare with arguments nobody reads gets: ignored (RabbitMQ), logged, or refused (Broker-J)
+        self.unknown_arguments: UnknownArguments = "IGNORE"
+        self._logged_unknown: set[str] = set()
         self._wall_clock = wall_clock
         self._queues: dict[str, Queue] = {}
         self._timed: set[Queue] = set()
@@ -168,6 +175,7 @@ class Namespace:
         if existing is not None:
             self._check_exchange_equivalence(existing, type, durable, auto_delete, internal, arguments)
             return existing
+        self._check_arguments("exchange", name, arguments, EXCHANGE_ARGUMENTS)
         exchange = cls(name, vhost=self.vhost_name, durable=durable, auto_delete=auto_delete,
                        internal=internal, arguments=arguments)
         self._exchanges[name] = exchange
@@ -191,8 +199,39 @@ class Namespace:
             raise self._inequivalent("exchange", exchange.name, key,
                                      describe_value(theirs), describe_value(mine))
 
+    def _check_arguments(self, kind: str, name: str, arguments: dict[str, Any] | None,
+                         known: frozenset[str]) -> None:
+        """Unknown arguments per :attr:`unknown_arguments`; a Broker-J-spelt alternate must exist."""
+        if arguments:
+            unknown = unknown_arguments(arguments, known)
+            if unknown and self.unknown_arguments == "FAIL":
+                names = ", ".join(f"'{key}'" for key in unknown)
+                raise PreconditionFailed(f"unknown argument(s) {names} for {kind} '{name}' in vhost"
+                                         f" '{self.vhost_name}'")
+            if unknown and self.unknown_arguments == "LOG" and not self._logged_unknown.issuperset(unknown):
+                self._logged_unknown.update(unknown)       # once per argument name
+                log.warning("ignoring unknown argument(s) %s declaring %s '%s' in vhost '%s'",
+                            ", ".join(unknown), kind, name, self.vhost_name)
+        alternate = required_alternate_of(arguments)
+        if alternate is not None and alternate not in self._exchanges and alternate != name:
+            raise NotFound(f"unknown alternate exchange '{alternate}' for {kind} '{name}'"
+                           f" in vhost '{self.vhost_name}'")
+
+    def _named_as_alternate(self, exchange_name: str) -> str | None:
+        """Which exchange or queue names ``exchange_name`` as its alternate (Broker-J spelling)."""
+        for exchange in self._exchanges.values():
+            if exchange.name != exchange_name and required_alternate_of(exchange.arguments) == exchange_name:
+                return f"exchange '{exchange.name}'"
+        for queue in self._queues.values():
+            if required_alternate_of(queue.arguments) == exchange_name:
+                return f"queue '{queue.name}'"
+        return None
+
     def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
-        """Delete ``name`` (deleting a missing exchange succeeds, as in RabbitMQ)."""
+        """Delete ``name`` (deleting a missing exchange succeeds, as in RabbitMQ).
+
+        An exchange that an exchange or queue names as its alternate with
+        Broker-J's spelling cannot go (530 NOT_ALLOWED, as Broker-J)."""
         if not name:
             raise AccessRefused(_DEFAULT_EXCHANGE_REFUSAL)
         if name.startswith("amq."):
@@ -202,6 +241,10 @@ class Namespace:
             return
         if if_unused and exchange.bindings:
             raise PreconditionFailed(f"exchange '{name}' in vhost '{self.vhost_name}' in use")
+        user = self._named_as_alternate(name)
+        if user is not None:
+            raise NotAllowed(f"exchange '{name}' in vhost '{self.vhost_name}' is the alternate exchange"
+                             f" of {user}")
         self._delete_exchange(exchange)
 
     def _delete_exchange(self, exchange: Exchange) -> None:
@@ -256,6 +299,7 @@ class Namespace:
             self._check_queue_equivalence(existing, durable, auto_delete, arguments)
             existing.touch()
             return existing, existing.message_count, existing.consumer_count
+        self._check_arguments("queue", name, arguments, QUEUE_ARGUMENTS)
         journal = self.journal if durable and exclusive_owner is None else None
         queue = create_queue(name, vhost=self.vhost_name, durable=durable, auto_delete=auto_delete,
                              exclusive_owner=exclusive_owner, arguments=arguments,

@@ -11,6 +11,7 @@ from broker.protocol.amqp0_9_1.codec import encode_table, frame
 
 from .harness import Client, Delivery, FakeHost
 from .test_engine import client, host  # noqa: F401  (fixtures)
+from .test_engine_journal import kinds
 
 CAPABILITIES = {"capabilities": {"authentication_failure_close": True}}
 
@@ -169,3 +170,88 @@ def test_a_client_that_opened_the_vhost_by_its_own_name_sees_that_name(host: Fak
     c.publish(1, "missing", "k", b"x")
     close = c.expect(m.ChannelClose, 1)
     assert close.reply_text == "NOT_FOUND - no exchange 'missing' in vhost 'default'"
+
+
+# -- Broker-J's declare arguments next to RabbitMQ's -------------------------------------------
+
+def declare_exchange(client: Client, name: str, kind: str = "direct", **arguments: object) -> None:
+    client.send(1, m.ExchangeDeclare(exchange=name, type=kind, arguments=dict(arguments)))
+
+
+def declare_queue(client: Client, name: str, **arguments: object) -> None:
+    client.send(1, m.QueueDeclare(queue=name, arguments=dict(arguments)))
+
+
+@pytest.mark.parametrize("spelling", ["alternateExchange", "x-qpid-alternate-exchange"])
+def test_an_unknown_qpid_alternate_exchange_is_404(client: Client, spelling: str) -> None:
+    declare_exchange(client, "x", **{spelling: "missing"})
+    close = client.expect(m.ChannelClose, 1)
+    assert close.reply_code == 404
+    assert close.reply_text == "NOT_FOUND - unknown alternate exchange 'missing' for exchange 'x' in vhost '/'"
+
+
+def test_a_qpid_alternate_exchange_takes_unroutable_messages_and_cannot_be_deleted(client: Client) -> None:
+    declare_exchange(client, "ae", "fanout")
+    declare_queue(client, "unrouted")
+    client.send(1, m.QueueBind(queue="unrouted", exchange="ae"))
+    declare_exchange(client, "x", alternateExchange="ae")
+    assert kinds(client) == [m.ExchangeDeclareOk, m.QueueDeclareOk, m.QueueBindOk, m.ExchangeDeclareOk]
+    client.publish(1, "x", "nowhere", b"m")
+    client.send(1, m.BasicGet(queue="unrouted", no_ack=True))
+    assert client.expect(Delivery, 1).body == b"m"
+    client.send(1, m.ExchangeDelete(exchange="ae"))
+    close = client.expect(m.ConnectionClose, 0)
+    assert close.reply_code == 530
+    assert close.reply_text == ("NOT_ALLOWED - exchange 'ae' in vhost '/' is the alternate exchange"
+                                " of exchange 'x'")
+
+
+def test_rabbitmq_alternate_exchange_keeps_rabbitmq_lenience(client: Client) -> None:
+    declare_exchange(client, "x", **{"alternate-exchange": "later"})    # may be declared later
+    declare_exchange(client, "later", "fanout")
+    client.send(1, m.ExchangeDelete(exchange="later"))                   # and deleted while named
+    assert kinds(client) == [m.ExchangeDeclareOk, m.ExchangeDeclareOk, m.ExchangeDeleteOk]
+
+
+def test_a_queue_alternate_exchange_takes_rejected_messages(client: Client) -> None:
+    declare_queue(client, "q", alternateExchange="missing")
+    close = client.expect(m.ChannelClose, 1)
+    assert close.reply_code == 404 and "unknown alternate exchange 'missing' for queue 'q'" in close.reply_text
+    client.send(1, m.ChannelCloseOk())
+    client.open_channel(1)
+    declare_exchange(client, "ae", "fanout")
+    declare_queue(client, "rejected")
+    client.send(1, m.QueueBind(queue="rejected", exchange="ae"))
+    declare_queue(client, "q", alternateExchange="ae")
+    client.take()
+    client.publish(1, "", "q", b"bad")
+    client.send(1, m.BasicGet(queue="q"))
+    tag = client.expect(Delivery, 1).method.delivery_tag
+    client.send(1, m.BasicReject(delivery_tag=tag, requeue=False))
+    client.send(1, m.BasicGet(queue="rejected", no_ack=True))
+    assert client.expect(Delivery, 1).body == b"bad"
+    client.send(1, m.ExchangeDelete(exchange="ae"))
+    close = client.expect(m.ConnectionClose, 0)
+    assert close.reply_code == 530 and "alternate exchange of queue 'q'" in close.reply_text
+
+
+def test_unknown_arguments_are_ignored_by_default(client: Client) -> None:
+    declare_queue(client, "q", **{"x-no-such-argument": 1})
+    declare_exchange(client, "x", **{"x-no-such-argument": 1})
+    assert kinds(client) == [m.QueueDeclareOk, m.ExchangeDeclareOk]
+
+
+def test_unknown_arguments_are_refused_when_the_vhost_says_fail(host: FakeHost, client: Client) -> None:
+    host.namespace.unknown_arguments = "FAIL"
+    declare_queue(client, "q", **{"x-max-length": 5, "maximumQueueDepthBytes": -1, "x-no-such": 1, "bogus": 2})
+    close = client.expect(m.ChannelClose, 1)
+    assert close.reply_code == 406
+    assert close.reply_text == ("PRECONDITION_FAILED - unknown argument(s) 'bogus', 'x-no-such' for queue 'q'"
+                                " in vhost '/'")
+    client.send(1, m.ChannelCloseOk())
+    client.open_channel(1)
+    declare_queue(client, "q", **{"x-max-length": 5, "priorities": 3, "x-qpid-maximum-delivery-count": 2})
+    declare_exchange(client, "x", **{"alternate-exchange": "ae", "x-unknown": 1})
+    client.expect(m.QueueDeclareOk, 1)
+    close = client.expect(m.ChannelClose, 1)
+    assert close.reply_code == 406 and "'x-unknown' for exchange 'x'" in close.reply_text
