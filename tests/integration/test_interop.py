@@ -125,10 +125,11 @@ def test_plain_without_an_initial_response_gets_an_empty_challenge(broker: Broke
         raw.expect(commands.Connection.OpenOk)
 
 
+@deltamq_only          # RabbitMQ hangs up without a word (test_connection allows both)
 def test_an_unknown_mechanism_gets_a_close_naming_it(broker: BrokerEndpoint) -> None:
     with broker.raw() as raw:
         start_ok(raw, "SCRAM-SHA-1", "n,,n=guest,r=abc", capabilities=False)
-        assert_closed_with(raw.wait_connection_close(), 503, "'SCRAM-SHA-1'")
+        assert_closed_with(raw.wait_connection_close(), 403, "'SCRAM-SHA-1' is not supported")
 
 
 @deltamq_only

@@ -485,9 +485,11 @@ class AmqpConnection:
         mechanism = method.mechanism
         offered = self.host.sasl_mechanisms(self.remote_host)
         if mechanism not in offered:
-            # RabbitMQ: 503 COMMAND_INVALID, connection.close naming the mechanism
-            raise errors.CommandInvalid(f"unknown authentication mechanism '{mechanism}'"
-                                        f" (this broker offers: {' '.join(offered)})")
+            # A connection.close naming it (403, as for any refused login), even to
+            # clients without authentication_failure_close: they chose no mechanism
+            # offered, so no password was tried.
+            raise errors.ConnectionAccessRefused(f"authentication mechanism '{mechanism}' is not"
+                                                 f" supported; this broker offers: {' '.join(offered)}")
         self._mechanism = mechanism
         if not method.response and mechanism in sasl.PASSWORD_MECHANISMS:
             # No initial response (Qpid's clients): RFC 4422 section 5 -- a

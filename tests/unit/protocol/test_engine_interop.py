@@ -92,10 +92,10 @@ def test_wrong_credentials_in_secure_ok_are_refused(host: FakeHost) -> None:
 def test_an_unknown_mechanism_gets_a_close_naming_it(host: FakeHost) -> None:
     c = Client(host)
     c.expect(m.ConnectionStart)
-    # no authentication_failure_close capability: the close is sent all the same (RabbitMQ: 503)
+    # no authentication_failure_close capability: the close is sent all the same
     c.send(0, m.ConnectionStartOk(client_properties={}, mechanism="SCRAM-SHA-256", response=b"n,,n=guest"))
     close = c.expect(m.ConnectionClose, 0)
-    assert close.reply_code == 503
+    assert close.reply_code == 403
     assert "'SCRAM-SHA-256'" in close.reply_text and "PLAIN" in close.reply_text
     assert c.server.closed
 
