@@ -9,6 +9,13 @@ arguments.  Invalid values raise ``PreconditionFailed`` with RabbitMQ's text,
 because that is the text client users search for.
 
 When both a RabbitMQ and a Broker-J name are given, the RabbitMQ one wins.
+Broker-J also takes its queue attribute names as declare arguments
+(``priorities``, ``maximumQueueDepthMessages``, ``alternateExchange``, ...);
+so does this module.
+
+Arguments nobody here reads are ignored, as RabbitMQ does, unless the
+virtual host's context variable ``queue.behaviourOnUnknownDeclareArgument``
+(Broker-J's name) says ``FAIL`` (refused with 406, naming them) or ``LOG``.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ from typing import Any, Final, Literal
 
 from broker.errors import PreconditionFailed
 
-__all__ = ["QueueSettings", "queue_settings", "alternate_exchange_of", "amqp_type_name",
+__all__ = ["QueueSettings", "queue_settings", "alternate_exchange_of", "required_alternate_of",
+           "unknown_arguments", "unknown_argument_behaviour", "QUEUE_ARGUMENTS", "EXCHANGE_ARGUMENTS", "UNKNOWN_ARGUMENTS_VARIABLE",
+           "UNKNOWN_ARGUMENT_BEHAVIOURS", "UnknownArguments", "amqp_type_name",
            "describe_value", "EQUIVALENCE_CHECKED_QUEUE_ARGS", "EQUIVALENCE_CHECKED_EXCHANGE_ARGS",
            "inequivalent_argument", "DEFAULT_LVQ_KEY", "MAX_SUPPORTED_PRIORITY"]
 
@@ -32,11 +41,36 @@ MAX_SUPPORTED_PRIORITY: Final = 255
 #: Broker-J's key header when ``qpid.last_value_queue`` is set without a key.
 DEFAULT_LVQ_KEY: Final = "qpid.LVQ_key"
 
-_LVQ_KEY_NAMES: Final = ("x-last-value-key", "x-qpid-last-value-queue-key", "qpid.last_value_queue_key")
+_LVQ_KEY_NAMES: Final = ("x-last-value-key", "x-qpid-last-value-queue-key", "qpid.last_value_queue_key",
+                         "lvqKey")
 _OVERFLOWS: Final[tuple[Overflow, ...]] = ("drop-head", "reject-publish", "reject-publish-dlx")
 # Broker-J's qpid.policy_type (OverflowPolicy names); "none" switches limits off.
 _QPID_POLICIES: Final[dict[str, Overflow | None]] = {
     "ring": "drop-head", "reject": "reject-publish", "none": None}
+
+#: RabbitMQ's spelling of an exchange's alternate: it may be declared later and
+#: deleted while named (RabbitMQ checks neither).
+RABBITMQ_ALTERNATE_EXCHANGE: Final = "alternate-exchange"
+#: Broker-J's spellings (``alternateExchange`` is its attribute name, on queues
+#: too): as in Broker-J, the alternate must exist when named (else 404) and
+#: cannot be deleted while it is named (530).
+QPID_ALTERNATE_EXCHANGES: Final = ("x-qpid-alternate-exchange", "alternateExchange")
+
+#: The context variable choosing what unknown declare arguments get (Broker-J's name and values).
+UNKNOWN_ARGUMENTS_VARIABLE: Final = "queue.behaviourOnUnknownDeclareArgument"
+UnknownArguments = Literal["IGNORE", "LOG", "FAIL"]
+UNKNOWN_ARGUMENT_BEHAVIOURS: Final[tuple[UnknownArguments, ...]] = ("IGNORE", "LOG", "FAIL")
+
+#: Every queue argument :func:`queue_settings` reads.
+QUEUE_ARGUMENTS: Final = frozenset({
+    "x-queue-type", "x-max-priority", "x-qpid-priorities", "priorities", *_LVQ_KEY_NAMES,
+    "qpid.last_value_queue", "qpid.queue_sort_key", "sortKey", "x-max-length", "qpid.max_count",
+    "maximumQueueDepthMessages", "x-max-length-bytes", "qpid.max_size", "maximumQueueDepthBytes",
+    "x-overflow", "qpid.policy_type", "overflowPolicy", "x-dead-letter-exchange", "alternateExchange",
+    "x-dead-letter-routing-key", "x-delivery-limit", "x-qpid-maximum-delivery-count",
+    "maximumDeliveryAttempts", "x-message-ttl", "x-expires", "x-single-active-consumer"})
+#: Every exchange argument the broker reads.
+EXCHANGE_ARGUMENTS: Final = frozenset({RABBITMQ_ALTERNATE_EXCHANGE, *QPID_ALTERNATE_EXCHANGES})
 
 #: Arguments compared on redeclare, RabbitMQ-style (unknown ``x-`` arguments are not).
 EQUIVALENCE_CHECKED_QUEUE_ARGS: Final = frozenset({
@@ -44,8 +78,11 @@ EQUIVALENCE_CHECKED_QUEUE_ARGS: Final = frozenset({
     "x-max-length-bytes", "x-overflow", "x-dead-letter-exchange", "x-dead-letter-routing-key",
     "x-single-active-consumer", "x-delivery-limit", "x-queue-type", "qpid.max_count",
     "qpid.max_size", "qpid.policy_type", "x-qpid-maximum-delivery-count", "qpid.queue_sort_key",
-    "qpid.last_value_queue", *_LVQ_KEY_NAMES})
-EQUIVALENCE_CHECKED_EXCHANGE_ARGS: Final = frozenset({"alternate-exchange", "x-qpid-alternate-exchange"})
+    "qpid.last_value_queue", "priorities", "sortKey", "maximumQueueDepthMessages",
+    "maximumQueueDepthBytes", "overflowPolicy", "alternateExchange", "maximumDeliveryAttempts",
+    *_LVQ_KEY_NAMES})
+EQUIVALENCE_CHECKED_EXCHANGE_ARGS: Final = frozenset({"alternate-exchange", "x-qpid-alternate-exchange",
+                                                    "alternateExchange"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +239,7 @@ def queue_settings(arguments: dict[str, Any] | None, queue: str = "", vhost: str
         if max_priority > 0:
             levels = max_priority + 1
     else:
-        qpid_priorities = read.integer("x-qpid-priorities", minimum=1, lenient=True,
+        qpid_priorities = read.integer("x-qpid-priorities", "priorities", minimum=1, lenient=True,
                                        maximum=MAX_SUPPORTED_PRIORITY + 1)
         if qpid_priorities is not None and qpid_priorities > 1:
             levels, offset = qpid_priorities, 5 - (qpid_priorities + 1) // 2
@@ -210,7 +247,7 @@ def queue_settings(arguments: dict[str, Any] | None, queue: str = "", vhost: str
     lvq_key = read.string(*_LVQ_KEY_NAMES)
     if lvq_key is None and read.boolean("qpid.last_value_queue", lenient=True):
         lvq_key = DEFAULT_LVQ_KEY
-    sort_key = read.string("qpid.queue_sort_key")
+    sort_key = read.string("qpid.queue_sort_key", "sortKey")
     kinds: list[tuple[QueueKind, str]] = []
     if levels:
         kinds.append(("priority", "x-max-priority" if max_priority is not None else "x-qpid-priorities"))
@@ -223,12 +260,17 @@ def queue_settings(arguments: dict[str, Any] | None, queue: str = "", vhost: str
     kind: QueueKind = kinds[0][0] if kinds else "standard"
 
     # Broker-J's legacy limits treat 0 as "no limit"; RabbitMQ's 0 is a real limit.
+    # Broker-J's maximumQueueDepth* attributes: -1 is "no limit".
     max_length = read.integer("x-max-length")
     if max_length is None:
         max_length = read.integer("qpid.max_count", lenient=True) or None
+    if max_length is None:
+        max_length = _limit(read.integer("maximumQueueDepthMessages", minimum=-1, lenient=True))
     max_bytes = read.integer("x-max-length-bytes")
     if max_bytes is None:
         max_bytes = read.integer("qpid.max_size", lenient=True) or None
+    if max_bytes is None:
+        max_bytes = _limit(read.integer("maximumQueueDepthBytes", minimum=-1, lenient=True))
 
     overflow: Overflow = "drop-head"
     overflow_text = read.string("x-overflow")
@@ -237,18 +279,20 @@ def queue_settings(arguments: dict[str, Any] | None, queue: str = "", vhost: str
             raise read.fail("x-overflow", f"{{unacceptable_value,{overflow_text}}}")
         overflow = overflow_text
     else:
-        policy = read.string("qpid.policy_type")
-        if policy is not None:
+        found = read.first("qpid.policy_type", "overflowPolicy")
+        policy = read.string(found[0]) if found is not None else None
+        if found is not None and policy is not None:
             policy = policy.strip().lower()
             if policy not in _QPID_POLICIES:
-                raise read.fail("qpid.policy_type", f"{{unsupported_policy,{policy}}}")
+                raise read.fail(found[0], f"{{unsupported_policy,{policy}}}")
             mapped = _QPID_POLICIES[policy]
             if mapped is None:
                 max_length = max_bytes = None
             else:
                 overflow = mapped
 
-    dlx = read.string("x-dead-letter-exchange")
+    # Broker-J's queue alternateExchange takes what the queue rejects or gives up on: a DLX
+    dlx = read.string("x-dead-letter-exchange", "alternateExchange")
     dlrk = read.string("x-dead-letter-routing-key")
     if dlrk is not None and dlx is None:
         raise read.fail("x-dead-letter-routing-key", "{routing_key_but_no_dlx_defined}")
@@ -257,7 +301,7 @@ def queue_settings(arguments: dict[str, Any] | None, queue: str = "", vhost: str
     # Broker-J's maximumDeliveryAttempts N allows N deliveries in all (0: no limit).
     delivery_limit = read.integer("x-delivery-limit")
     if delivery_limit is None:
-        attempts = read.integer("x-qpid-maximum-delivery-count", lenient=True)
+        attempts = read.integer("x-qpid-maximum-delivery-count", "maximumDeliveryAttempts", lenient=True)
         delivery_limit = attempts - 1 if attempts else None
 
     return QueueSettings(
@@ -273,17 +317,48 @@ def queue_settings(arguments: dict[str, Any] | None, queue: str = "", vhost: str
 _DEFAULT_SETTINGS: Final = QueueSettings()
 
 
-def alternate_exchange_of(arguments: dict[str, Any] | None) -> str | None:
-    """The alternate exchange named by exchange ``arguments`` (RabbitMQ or Broker-J spelling)."""
+def _limit(value: int | None) -> int | None:
+    return None if value is None or value < 0 else value
+
+
+def _name_under(arguments: dict[str, Any] | None, keys: tuple[str, ...]) -> str | None:
     if not arguments:
         return None
-    for key in ("alternate-exchange", "x-qpid-alternate-exchange"):
+    for key in keys:
         value = arguments.get(key)
         if isinstance(value, (bytes, bytearray)):
             return bytes(value).decode("utf-8", "replace")
         if isinstance(value, str):
             return value
     return None
+
+
+def alternate_exchange_of(arguments: dict[str, Any] | None) -> str | None:
+    """The alternate exchange named by exchange ``arguments`` (RabbitMQ or Broker-J spelling)."""
+    return _name_under(arguments, (RABBITMQ_ALTERNATE_EXCHANGE, *QPID_ALTERNATE_EXCHANGES))
+
+
+def required_alternate_of(arguments: dict[str, Any] | None) -> str | None:
+    """The alternate exchange named with a Broker-J spelling (exchange or queue
+    ``arguments``), which must exist and stays while named."""
+    if arguments and RABBITMQ_ALTERNATE_EXCHANGE in arguments:
+        return None                      # RabbitMQ's spelling wins, with RabbitMQ's lenience
+    return _name_under(arguments, QPID_ALTERNATE_EXCHANGES)
+
+
+def unknown_argument_behaviour(text: str | None) -> UnknownArguments:
+    """The value of :data:`UNKNOWN_ARGUMENTS_VARIABLE` (case-insensitive; unset is IGNORE)."""
+    value = (text or "IGNORE").strip().upper()
+    for behaviour in UNKNOWN_ARGUMENT_BEHAVIOURS:
+        if value == behaviour:
+            return behaviour
+    raise ValueError(f"context variable '{UNKNOWN_ARGUMENTS_VARIABLE}' is {text!r};"
+                     f" expected one of {', '.join(UNKNOWN_ARGUMENT_BEHAVIOURS)}")
+
+
+def unknown_arguments(arguments: dict[str, Any] | None, known: frozenset[str]) -> list[str]:
+    """The names in ``arguments`` the broker does not read, sorted."""
+    return sorted(key for key in arguments or () if key not in known)
 
 
 def inequivalent_argument(current: dict[str, Any] | None, received: dict[str, Any] | None,

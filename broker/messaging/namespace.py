@@ -27,11 +27,12 @@ import time
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, NoReturn, Protocol, Sequence, Union, cast
 
-from broker.errors import (AccessRefused, BrokerError, CommandInvalid, NotFound, PreconditionFailed,
-                           ResourceLocked, StoreFailed)
+from broker.errors import (AccessRefused, BrokerError, CommandInvalid, NotAllowed, NotFound,
+                           PreconditionFailed, ResourceLocked, StoreFailed)
 from broker.messaging.arguments import (
-    EQUIVALENCE_CHECKED_EXCHANGE_ARGS, EQUIVALENCE_CHECKED_QUEUE_ARGS, describe_value,
-    inequivalent_argument, queue_settings)
+    EQUIVALENCE_CHECKED_EXCHANGE_ARGS, EQUIVALENCE_CHECKED_QUEUE_ARGS, EXCHANGE_ARGUMENTS, QUEUE_ARGUMENTS,
+    UnknownArguments, describe_value, inequivalent_argument, queue_settings, required_alternate_of,
+    unknown_arguments)
 from broker.messaging.dead_letter import dead_lettered, is_cycle
 from broker.messaging.exchange import EXCHANGE_TYPES, Binding, DirectExchange, Exchange
 from broker.messaging.journal import MessageJournal
@@ -41,6 +42,8 @@ from broker.messaging.priority_queue import PriorityQueue
 from broker.messaging.queue import Queue, QueueHost, enqueue_all
 from broker.messaging.records import from_json_value
 from broker.messaging.sorted_queue import SortedQueue
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Namespace", "NamespaceListener", "create_queue", "STANDARD_EXCHANGES", "MAX_NAME_BYTES"]
 
@@ -108,6 +111,9 @@ class Namespace:
         self.clock = clock
         #: where durable queues journal persistent messages (None: nothing is journaled)
         self.journal: MessageJournal | None = None
+        #: what a declare with arguments nobody reads gets: ignored (RabbitMQ), logged, or refused (Broker-J)
+        self.unknown_arguments: UnknownArguments = "IGNORE"
+        self._logged_unknown: set[str] = set()
         self._wall_clock = wall_clock
         self._queues: dict[str, Queue] = {}
         self._timed: set[Queue] = set()
@@ -187,6 +193,7 @@ class Namespace:
         if existing is not None:
             self._check_exchange_equivalence(existing, type, durable, auto_delete, internal, arguments)
             return existing
+        self._check_arguments("exchange", name, arguments, EXCHANGE_ARGUMENTS)
         exchange = cls(name, vhost=self.vhost_name, durable=durable, auto_delete=auto_delete,
                        internal=internal, arguments=arguments)
         self._store_created(exchange)
@@ -211,8 +218,39 @@ class Namespace:
             raise self._inequivalent("exchange", exchange.name, key,
                                      describe_value(theirs), describe_value(mine))
 
+    def _check_arguments(self, kind: str, name: str, arguments: dict[str, Any] | None,
+                         known: frozenset[str]) -> None:
+        """Unknown arguments per :attr:`unknown_arguments`; a Broker-J-spelt alternate must exist."""
+        if arguments:
+            unknown = unknown_arguments(arguments, known)
+            if unknown and self.unknown_arguments == "FAIL":
+                names = ", ".join(f"'{key}'" for key in unknown)
+                raise PreconditionFailed(f"unknown argument(s) {names} for {kind} '{name}' in vhost"
+                                         f" '{self.vhost_name}'")
+            if unknown and self.unknown_arguments == "LOG" and not self._logged_unknown.issuperset(unknown):
+                self._logged_unknown.update(unknown)       # once per argument name
+                log.warning("ignoring unknown argument(s) %s declaring %s '%s' in vhost '%s'",
+                            ", ".join(unknown), kind, name, self.vhost_name)
+        alternate = required_alternate_of(arguments)
+        if alternate is not None and alternate not in self._exchanges and alternate != name:
+            raise NotFound(f"unknown alternate exchange '{alternate}' for {kind} '{name}'"
+                           f" in vhost '{self.vhost_name}'")
+
+    def _named_as_alternate(self, exchange_name: str) -> str | None:
+        """Which exchange or queue names ``exchange_name`` as its alternate (Broker-J spelling)."""
+        for exchange in self._exchanges.values():
+            if exchange.name != exchange_name and required_alternate_of(exchange.arguments) == exchange_name:
+                return f"exchange '{exchange.name}'"
+        for queue in self._queues.values():
+            if required_alternate_of(queue.arguments) == exchange_name:
+                return f"queue '{queue.name}'"
+        return None
+
     def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
-        """Delete ``name`` (deleting a missing exchange succeeds, as in RabbitMQ)."""
+        """Delete ``name`` (deleting a missing exchange succeeds, as in RabbitMQ).
+
+        An exchange that an exchange or queue names as its alternate with
+        Broker-J's spelling cannot go (530 NOT_ALLOWED, as Broker-J)."""
         if not name:
             raise AccessRefused(_DEFAULT_EXCHANGE_REFUSAL)
         if name.startswith("amq."):
@@ -222,6 +260,10 @@ class Namespace:
             return
         if if_unused and exchange.bindings:
             raise PreconditionFailed(f"exchange '{name}' in vhost '{self.vhost_name}' in use")
+        user = self._named_as_alternate(name)
+        if user is not None:
+            raise NotAllowed(f"exchange '{name}' in vhost '{self.vhost_name}' is the alternate exchange"
+                             f" of {user}")
         self._delete_exchange(exchange, refuse=True)
 
     def _delete_exchange(self, exchange: Exchange, *, refuse: bool = False) -> None:
@@ -277,6 +319,7 @@ class Namespace:
             self._check_queue_equivalence(existing, durable, auto_delete, arguments)
             existing.touch()
             return existing, existing.message_count, existing.consumer_count
+        self._check_arguments("queue", name, arguments, QUEUE_ARGUMENTS)
         journal = self.journal if durable and exclusive_owner is None else None
         queue = create_queue(name, vhost=self.vhost_name, durable=durable, auto_delete=auto_delete,
                              exclusive_owner=exclusive_owner, arguments=arguments,
@@ -357,11 +400,16 @@ class Namespace:
 
     def unbind_queue(self, queue_name: str, exchange_name: str, routing_key: str,
                      arguments: dict[str, Any] | None = None, owner: object | None = None) -> None:
-        """Remove a binding; removing one that does not exist succeeds (RabbitMQ)."""
+        """Remove a binding; removing one that does not exist succeeds, and so does
+        removing one whose queue or exchange is gone (RabbitMQ answers unbind-ok:
+        clients unbind in teardowns after an auto-delete queue went)."""
         if not exchange_name:
             raise AccessRefused(_DEFAULT_EXCHANGE_REFUSAL)
-        queue = self.queue(queue_name, owner)
-        exchange = self.exchange(exchange_name)
+        queue = self._queues.get(queue_name)
+        exchange = self._exchanges.get(exchange_name)
+        if queue is None or exchange is None:
+            return
+        self._check_access(queue, owner)
         binding = exchange.find_binding(queue, routing_key, arguments)
         if binding is not None:
             self._remove_binding(binding, refuse=True)
@@ -380,10 +428,14 @@ class Namespace:
 
     def unbind_exchange(self, destination: str, source: str, routing_key: str,
                         arguments: dict[str, Any] | None = None) -> None:
+        """Remove an exchange-to-exchange binding; as :meth:`unbind_queue`, a missing
+        binding, source or destination is not an error."""
         if not destination or not source:
             raise AccessRefused(_DEFAULT_EXCHANGE_REFUSAL)
-        target = self.exchange(destination)
-        origin = self.exchange(source)
+        target = self._exchanges.get(destination)
+        origin = self._exchanges.get(source)
+        if target is None or origin is None:
+            return
         binding = origin.find_binding(target, routing_key, arguments)
         if binding is not None:
             self._remove_binding(binding, refuse=True)

@@ -195,6 +195,13 @@ class VirtualHost(ConfiguredObject):
     def on_open(self) -> None:
         factory = cast("NamespaceFactory | None", getattr(self.root, "namespace_factory", None))
         namespace = self.namespace = (factory or messaging_namespace)(self.name)
+        if hasattr(namespace, "unknown_arguments"):
+            from broker.messaging.arguments import UNKNOWN_ARGUMENTS_VARIABLE, unknown_argument_behaviour
+
+            try:
+                namespace.unknown_arguments = unknown_argument_behaviour(self._lookup(UNKNOWN_ARGUMENTS_VARIABLE))
+            except ValueError as exc:
+                raise ConfigurationError(f"{self.label}: {exc}") from None
         store = getattr(self.parent, "store", None)
         journal_factory = getattr(store, "message_journal", None)
         if journal_factory is not None and hasattr(namespace, "journal"):

@@ -78,13 +78,32 @@ def parse_amqplain(response: bytes) -> tuple[str, str]:
     return user, password
 
 
+#: mechanisms whose response carries a user name and password (:func:`credentials`)
+PASSWORD_MECHANISMS = ("PLAIN", "AMQPLAIN")
+
+
+def credentials(mechanism: str, response: bytes) -> tuple[str, str]:
+    """The (user, password) a PLAIN or AMQPLAIN ``response`` carries.
+
+    PLAIN with an authzid other than the user is refused: the broker does not
+    act on behalf of another identity.
+    """
+    if mechanism == "PLAIN":
+        authzid, user, password = parse_plain(response)
+        if authzid and authzid != user:
+            raise AuthenticationFailed("Login was refused using authentication mechanism PLAIN."
+                                       f" User '{user}' may not act as '{authzid}'.")
+        return user, password
+    if mechanism == "AMQPLAIN":
+        return parse_amqplain(response)
+    raise AuthenticationFailed(f"Login was refused: mechanism {mechanism!r} carries no password")
+
+
 def authenticate(provider: AuthenticationProvider, mechanism: str, response: bytes,
                  remote_host: str | None) -> Principal:
     """Authenticate a SASL ``response`` for ``mechanism`` with ``provider``.
 
-    The mechanism must be one the provider offers.  PLAIN with an authzid
-    other than the user is refused: the broker does not act on behalf of
-    another identity.
+    The mechanism must be one the provider offers; see :func:`credentials`.
     """
     if mechanism not in provider.sasl_mechanisms:
         offered = " ".join(provider.sasl_mechanisms)
@@ -92,13 +111,7 @@ def authenticate(provider: AuthenticationProvider, mechanism: str, response: byt
                                    f" {mechanism!r}; the broker offers: {offered}")
     if mechanism == "ANONYMOUS":
         return provider.authenticate_anonymous(remote_host)
-    if mechanism == "PLAIN":
-        authzid, user, password = parse_plain(response)
-        if authzid and authzid != user:
-            raise AuthenticationFailed("Login was refused using authentication mechanism PLAIN."
-                                       f" User '{user}' may not act as '{authzid}'.")
-        return provider.authenticate(user, password, remote_host, mechanism="PLAIN")
-    if mechanism == "AMQPLAIN":
-        user, password = parse_amqplain(response)
-        return provider.authenticate(user, password, remote_host, mechanism="AMQPLAIN")
+    if mechanism in PASSWORD_MECHANISMS:
+        user, password = credentials(mechanism, response)
+        return provider.authenticate(user, password, remote_host, mechanism=mechanism)
     raise AuthenticationFailed(f"Login was refused: mechanism {mechanism!r} is not implemented")

@@ -34,8 +34,10 @@ from broker.messaging.transaction import REJECT, SETTLE, AutoCommitTransaction, 
 
 from . import direct_reply
 from . import methods as m
+from .codec import malformed_reason
 from .delivery import Subscription, deliver_frames, get_ok_frames, return_frames
 from .properties import CODEC, decode_properties, encode_properties, parse_content_header
+from .replies import Reservation, ReplyOrder
 
 if TYPE_CHECKING:
     from broker.messaging.journal import Durability, MessageJournal
@@ -86,6 +88,8 @@ class Channel:
         self._awaiting: Durability | None = None
         self._journal: MessageJournal | None = getattr(self.namespace, "journal", None)
         self.last_queue_name = ""
+        # everything this channel sends, in request order (tx.commit-ok may hold the rest back)
+        self._replies = ReplyOrder(self._write)
         self.reply_consumer: direct_reply.ReplyConsumer | None = None
         # the runtime Session object in the model tree (management lists it)
         model = connection.model
@@ -124,13 +128,23 @@ class Channel:
             m.BasicCancelOk: lambda method: None,
         }
 
+    # -- output ---------------------------------------------------------------------
+    def reply(self, method: m.Method) -> None:
+        """Send ``method`` on this channel, after every reply still owed (see :mod:`.replies`)."""
+        data = self.connection.encode_method(self.number, method)
+        self._replies.send([data], len(data))
+
+    def _write(self, frames: list[bytes], size: int) -> None:
+        if self.connection.is_open:        # a reply released after the connection closed stays unsent
+            self.connection.write_frames(frames, size)
+
     # -- frame entry points ------------------------------------------------------
     def method(self, method: m.Method, payload: bytes) -> None:
         if self.closing:
             if isinstance(method, m.ChannelCloseOk):
                 self.connection.channel_closed(self.number)
             elif isinstance(method, m.ChannelClose):
-                self.connection.send_method(self.number, m.ChannelCloseOk())
+                self.reply(m.ChannelCloseOk())
             return
         if self._publish is not None:
             raise errors.UnexpectedFrame(
@@ -211,9 +225,9 @@ class Channel:
         self._properties = b""
         try:
             props = decode_properties(encoded, 0)
-        except (ValueError, IndexError, UnicodeDecodeError, struct.error) as exc:
+        except (ValueError, IndexError, struct.error) as exc:
             self.connection.hard_error_in_method(
-                errors.FrameError(f"malformed content header properties: {exc}"), publish)
+                errors.FrameError(f"malformed content header properties: {malformed_reason(exc)}"), publish)
             return
         ns = self.namespace
         self.connection.messages_received += 1
@@ -246,7 +260,7 @@ class Channel:
             if publish.mandatory:
                 out: list[bytes] = []
                 size = return_frames(out, self.number, 312, "NO_ROUTE", message, self.connection.frame_max)
-                self.connection.write_frames(out, size)
+                self._replies.send(out, size)
             self._confirm(_ACK)
             return
         if self.mode is Mode.TX:
@@ -298,7 +312,7 @@ class Channel:
         elif publish.mandatory:
             out: list[bytes] = []
             size = return_frames(out, self.number, 312, "NO_ROUTE", message, self.connection.frame_max)
-            self.connection.write_frames(out, size)
+            self._replies.send(out, size)
         self._confirm(_ACK)
 
     def deliver_reply(self, consumer: direct_reply.ReplyConsumer, message: Message) -> None:
@@ -308,7 +322,7 @@ class Channel:
         size = deliver_frames(out, self.number, consumer.encoded_tag, tag, False, message,
                               self.connection.frame_max)
         self.connection.messages_sent += 1
-        self.connection.write_frames(out, size)
+        self._replies.send(out, size)
 
     def _confirm(self, outcome: object) -> None:
         """Record the outcome of the publish just completed: _ACK, _NACK or a journal group."""
@@ -364,20 +378,21 @@ class Channel:
         if seq <= self._acked_upto:
             return
         multiple = seq - self._acked_upto > 1
-        self.connection.send_method(self.number, m.BasicAck(delivery_tag=seq, multiple=multiple))
+        self.reply(m.BasicAck(delivery_tag=seq, multiple=multiple))
         self._acked_upto = seq
 
     def _send_nack_upto(self, seq: int) -> None:
         multiple = seq - self._acked_upto > 1
-        self.connection.send_method(self.number, m.BasicNack(delivery_tag=seq, multiple=multiple, requeue=False))
+        self.reply(m.BasicNack(delivery_tag=seq, multiple=multiple, requeue=False))
         self._acked_upto = seq
 
     # -- consumers and deliveries ----------------------------------------------------
     def can_send(self) -> bool:
-        return self.flow_active and not self.closing and self.connection.writable
+        # no deliveries while a reply is owed: a consume-ok held behind it must precede them
+        return self.flow_active and not self.closing and self.connection.writable and not self._replies.holding
 
     def can_send_unacked(self, size: int) -> bool:
-        if not (self.flow_active and not self.closing and self.connection.writable):
+        if not self.can_send():
             return False
         if self.prefetch_count and len(self.unacked) >= self.prefetch_count:
             return False
@@ -397,7 +412,7 @@ class Channel:
         size = deliver_frames(out, self.number, sub.encoded_tag, tag, entry.redelivered, message,
                               self.connection.frame_max)
         self.connection.messages_sent += 1
-        self.connection.write_frames(out, size)
+        self._replies.send(out, size)
 
     def resume_deliveries(self) -> None:
         for sub in self.subscriptions.values():
@@ -410,7 +425,7 @@ class Channel:
         self._forget(sub)
         caps = self.connection.client_capabilities
         if caps.get("consumer_cancel_notify") and not self.closing:
-            self.connection.send_method(self.number, m.BasicCancel(consumer_tag=sub.tag, nowait=True))
+            self.reply(m.BasicCancel(consumer_tag=sub.tag, nowait=True))
 
     @staticmethod
     def _forget(sub: Subscription) -> None:
@@ -426,7 +441,7 @@ class Channel:
         if method.queue == direct_reply.PSEUDO_QUEUE:
             self.reply_consumer = direct_reply.consume(self, tag, method.no_ack)
             if not method.nowait:
-                self.connection.send_method(self.number, m.BasicConsumeOk(consumer_tag=tag))
+                self.reply(m.BasicConsumeOk(consumer_tag=tag))
             return
         queue = self._queue(method.queue)
         sub = Subscription(self, queue, tag, no_ack=method.no_ack, exclusive=method.exclusive,
@@ -438,7 +453,7 @@ class Channel:
             sub.model = self.model.register_consumer(tag, queue=queue.name, exclusive=method.exclusive,
                                                      no_ack=method.no_ack, arguments=method.arguments)
         if not method.nowait:
-            self.connection.send_method(self.number, m.BasicConsumeOk(consumer_tag=tag))
+            self.reply(m.BasicConsumeOk(consumer_tag=tag))
         sub.cancelled = False
         self.connection.schedule_dispatch(queue)
 
@@ -451,13 +466,13 @@ class Channel:
             self._forget(sub)
             sub.queue.remove_consumer(sub)
         if not method.nowait:
-            self.connection.send_method(self.number, m.BasicCancelOk(consumer_tag=method.consumer_tag))
+            self.reply(m.BasicCancelOk(consumer_tag=method.consumer_tag))
 
     def _basic_get(self, method: m.BasicGet) -> None:
         queue = self._queue(method.queue)
         entry = queue.get()
         if entry is None:
-            self.connection.send_method(self.number, m.BasicGetEmpty())
+            self.reply(m.BasicGetEmpty())
             return
         tag = self._next_tag
         self._next_tag = tag + 1
@@ -470,7 +485,7 @@ class Channel:
         size = get_ok_frames(out, self.number, tag, entry.redelivered, entry.message, queue.message_count,
                              self.connection.frame_max)
         self.connection.messages_sent += 1
-        self.connection.write_frames(out, size)
+        self._replies.send(out, size)
 
     def _basic_qos(self, method: m.BasicQos) -> None:
         if method.global_:
@@ -479,7 +494,7 @@ class Channel:
         else:
             self.consumer_prefetch = method.prefetch_count
             self.prefetch_size = method.prefetch_size
-        self.connection.send_method(self.number, m.BasicQosOk())
+        self.reply(m.BasicQosOk())
         self.resume_deliveries()
 
     # -- settlement --------------------------------------------------------------
@@ -554,7 +569,7 @@ class Channel:
         # (redelivered), so they reach this or another consumer again.
         self.release_unacked()
         if isinstance(method, m.BasicRecover):
-            self.connection.send_method(self.number, m.BasicRecoverOk())
+            self.reply(m.BasicRecoverOk())
 
     def release_unacked(self) -> None:
         taken = list(self.unacked.values())
@@ -589,29 +604,29 @@ class Channel:
             method.exchange, method.type, passive=method.passive, durable=method.durable,
             auto_delete=method.auto_delete, internal=method.internal, arguments=method.arguments)
         if not method.nowait:
-            self.connection.send_method(self.number, m.ExchangeDeclareOk())
+            self.reply(m.ExchangeDeclareOk())
 
     def _exchange_delete(self, method: m.ExchangeDelete) -> None:
         self.namespace.delete_exchange(method.exchange, if_unused=method.if_unused)
         if not method.nowait:
-            self.connection.send_method(self.number, m.ExchangeDeleteOk())
+            self.reply(m.ExchangeDeleteOk())
 
     def _exchange_bind(self, method: m.ExchangeBind) -> None:
         self.namespace.bind_exchange(method.destination, method.source, method.routing_key, method.arguments)
         if not method.nowait:
-            self.connection.send_method(self.number, m.ExchangeBindOk())
+            self.reply(m.ExchangeBindOk())
 
     def _exchange_unbind(self, method: m.ExchangeUnbind) -> None:
         self.namespace.unbind_exchange(method.destination, method.source, method.routing_key, method.arguments)
         if not method.nowait:
-            self.connection.send_method(self.number, m.ExchangeUnbindOk())
+            self.reply(m.ExchangeUnbindOk())
 
     def _exchange_bound(self, method: m.ExchangeBound) -> None:
         # Qpid's exchange.bound: reply codes of Qpid's 0-9-1 client
         # (0 ok, 1 exchange not found, 2 queue not found, 3 no bindings,
         #  4 queue not bound, 5 no queue bound with that key, 6 queue not bound with that key)
         code, text = self.namespace.binding_status(method.exchange, method.queue, method.routing_key)
-        self.connection.send_method(self.number, m.ExchangeBoundOk(reply_code=code, reply_text=text))
+        self.reply(m.ExchangeBoundOk(reply_code=code, reply_text=text))
 
     # -- queue class -----------------------------------------------------------------
     def _queue_name(self, name: str) -> str:
@@ -630,7 +645,7 @@ class Channel:
         if name == direct_reply.PSEUDO_QUEUE and method.passive:
             # RabbitMQ answers a passive declare of the pseudo-queue (clients probe for support)
             if not method.nowait:
-                self.connection.send_method(self.number, m.QueueDeclareOk(queue=name))
+                self.reply(m.QueueDeclareOk(queue=name))
             return
         if name.startswith("amq.") and not method.passive:
             raise errors.AccessRefused(
@@ -641,35 +656,35 @@ class Channel:
             auto_delete=method.auto_delete, arguments=method.arguments, owner=self.connection)
         self.last_queue_name = queue.name
         if not method.nowait:
-            self.connection.send_method(self.number, m.QueueDeclareOk(
+            self.reply(m.QueueDeclareOk(
                 queue=queue.name, message_count=message_count, consumer_count=consumer_count))
 
     def _queue_bind(self, method: m.QueueBind) -> None:
         self.namespace.bind_queue(self._queue_name(method.queue), method.exchange, method.routing_key,
                                   method.arguments, owner=self.connection)
         if not method.nowait:
-            self.connection.send_method(self.number, m.QueueBindOk())
+            self.reply(m.QueueBindOk())
 
     def _queue_unbind(self, method: m.QueueUnbind) -> None:
         self.namespace.unbind_queue(self._queue_name(method.queue), method.exchange, method.routing_key,
                                     method.arguments, owner=self.connection)
-        self.connection.send_method(self.number, m.QueueUnbindOk())
+        self.reply(m.QueueUnbindOk())
 
     def _queue_purge(self, method: m.QueuePurge) -> None:
         count = self._queue(method.queue).purge()
         if not method.nowait:
-            self.connection.send_method(self.number, m.QueuePurgeOk(message_count=count))
+            self.reply(m.QueuePurgeOk(message_count=count))
 
     def _queue_delete(self, method: m.QueueDelete) -> None:
         count = self.namespace.delete_queue(self._queue_name(method.queue), if_unused=method.if_unused,
                                             if_empty=method.if_empty, owner=self.connection)
         if not method.nowait:
-            self.connection.send_method(self.number, m.QueueDeleteOk(message_count=count))
+            self.reply(m.QueueDeleteOk(message_count=count))
 
     # -- channel class -------------------------------------------------------------
     def _channel_flow(self, method: m.ChannelFlow) -> None:
         self.flow_active = method.active
-        self.connection.send_method(self.number, m.ChannelFlowOk(active=method.active))
+        self.reply(m.ChannelFlowOk(active=method.active))
         if method.active:
             self.resume_deliveries()
 
@@ -678,7 +693,7 @@ class Channel:
         self.connection.confirms_due.discard(self)
         self.release_all()
         self.closing = True                    # late journal callbacks must not answer
-        self.connection.send_method(self.number, m.ChannelCloseOk())
+        self.reply(m.ChannelCloseOk())
         self.connection.channel_closed(self.number)
 
     def _channel_close_ok(self, method: m.ChannelCloseOk) -> None:
@@ -689,7 +704,7 @@ class Channel:
 
     def _access_request(self, method: Any) -> None:
         # 0-8/0-9 access.request: realms are gone; grant ticket 1 as Broker-J does
-        self.connection.send_method(self.number, m.AccessRequestOk(ticket=1))
+        self.reply(m.AccessRequestOk(ticket=1))
 
     def soft_error(self, exc: errors.BrokerError, method: m.Method) -> None:
         from .connection import method_ids
@@ -699,8 +714,9 @@ class Channel:
         self.release_all()
         self.closing = True
         self.connection.confirms_due.discard(self)
-        self.connection.send_method(self.number, m.ChannelClose(
-            reply_code=exc.reply_code, reply_text=exc.reply_text[:255], class_id=class_id, method_id=method_id))
+        self.reply(m.ChannelClose(
+            reply_code=exc.reply_code, reply_text=self.connection.reply_text(exc), class_id=class_id,
+            method_id=method_id))
 
     # -- tx and confirm classes -------------------------------------------------------
     def _tx_select(self, method: m.TxSelect) -> None:
@@ -709,7 +725,7 @@ class Channel:
         if self.mode is not Mode.TX:
             self.mode = Mode.TX
             self.tx = LocalTransaction()
-        self.connection.send_method(self.number, m.TxSelectOk())
+        self.reply(m.TxSelectOk())
 
     def _tx_commit(self, method: m.TxCommit) -> None:
         if not isinstance(self.tx, LocalTransaction):
@@ -718,7 +734,7 @@ class Channel:
         if journal is None:
             self.tx.commit()
             self.tx = LocalTransaction()
-            self.connection.send_method(self.number, m.TxCommitOk())
+            self.reply(m.TxCommitOk())
             return
         settled = [entry for kind, entry, _queues in self.tx.operations if kind in (SETTLE, REJECT)]
         journal.begin_transaction()
@@ -729,34 +745,48 @@ class Channel:
         self.tx = LocalTransaction()
         pending = journal.pending
         if pending is None:
-            self.connection.send_method(self.number, m.TxCommitOk())
-        else:                                   # commit-ok once the journal has it on disk
-            pending.when_durable(lambda: self._tx_durable(pending, settled))
+            self.reply(m.TxCommitOk())
+        else:
+            # commit-ok once the journal has it on disk; later replies wait behind it
+            place = self._replies.reserve()
+            pending.when_durable(lambda: self._tx_durable(pending, settled, place))
 
-    def _tx_durable(self, durability: Durability, settled: list[Any]) -> None:
+    def _tx_durable(self, durability: Durability, settled: list[Any], place: Reservation) -> None:
+        connection = self.connection
         if durability.error is not None:
             # all or nothing: its publishes were dropped by their queues; its
-            # acknowledged and rejected messages go back to theirs
+            # acknowledged and rejected messages go back to theirs.  What the
+            # client asked after the commit is answered by the channel's close.
             for entry in settled:
                 entry.queue.reinstate(entry)
-            if not self.closing and self.connection.channels.get(self.number) is self:
+            if not connection.is_open or connection.channels.get(self.number) is not self:
+                self._replies.discard()
+            elif self.closing:                   # a close already asked for: its close-ok may go
+                self._replies.fill(place, [], 0)
+            else:
+                self._replies.discard()
                 self.soft_error(errors.StoreFailed(
                     f"transaction could not be made durable: {durability.error}"), m.TxCommit())
             return
-        if self.closing or self.connection.channels.get(self.number) is not self:
+        if not connection.is_open:
+            self._replies.discard()
             return
-        self.connection.send_method(self.number, m.TxCommitOk())
+        data = connection.encode_method(self.number, m.TxCommitOk())
+        self._replies.fill(place, [data], len(data))
+        if not self._replies.holding and not self.closing:
+            self.resume_deliveries()             # deliveries waited for the reply
+            connection.run_dispatch()
 
     def _tx_rollback(self, method: m.TxRollback) -> None:
         if not isinstance(self.tx, LocalTransaction):
             raise errors.PreconditionFailed("channel is not transactional")
         self.tx.rollback()
         self.tx = LocalTransaction()
-        self.connection.send_method(self.number, m.TxRollbackOk())
+        self.reply(m.TxRollbackOk())
 
     def _confirm_select(self, method: m.ConfirmSelect) -> None:
         if self.mode is Mode.TX:
             raise errors.PreconditionFailed("cannot switch from tx to confirm mode")
         self.mode = Mode.CONFIRM
         if not method.nowait:
-            self.connection.send_method(self.number, m.ConfirmSelectOk())
+            self.reply(m.ConfirmSelectOk())

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from decimal import Decimal
-from struct import Struct, pack, unpack_from
+from struct import Struct, error as StructError, pack, unpack_from
 from typing import Any
 
 # Spec section 4.2.3 ("General Frame Format") and the constants in 1.8.
@@ -87,8 +87,7 @@ def _decode_value(b: bytes, o: int, depth: int) -> tuple[Any, int]:
     if kind == 0x41:   # 'A' array
         return _decode_array(b, o, depth + 1)
     if kind == 0x54:   # 'T' timestamp (seconds)
-        secs = unpack_from(">Q", b, o)[0]
-        return _dt.datetime.fromtimestamp(secs, _dt.timezone.utc), o + 8
+        return _decode_timestamp(b, o), o + 8
     if kind == 0x62:   # 'b' signed 8
         return unpack_from(">b", b, o)[0], o + 1
     if kind == 0x42:   # 'B' unsigned 8
@@ -115,6 +114,16 @@ def _decode_value(b: bytes, o: int, depth: int) -> tuple[Any, int]:
 
 
 MAX_NESTING = 64
+
+
+def _decode_timestamp(b: bytes, o: int) -> _dt.datetime:
+    # 64-bit POSIX seconds; Python's datetime ends at year 9999, so larger ones
+    # are malformed here (a ValueError, like every other malformed value).
+    secs = unpack_from(">Q", b, o)[0]
+    try:
+        return _dt.datetime.fromtimestamp(secs, _dt.timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        raise ValueError(f"timestamp {secs} is out of range (after year 9999)") from None
 
 
 def _decode_table(b: bytes, o: int, depth: int) -> tuple[dict[str, Any], int]:
@@ -199,6 +208,16 @@ def encode_table(table: dict[str, Any] | None) -> bytes:
         return b"\x00\x00\x00\x00"
     body = b"".join(encode_shortstr(k) + encode_value(v) for k, v in table.items())
     return _U32.pack(len(body)) + body
+
+
+def malformed_reason(exc: Exception) -> str:
+    """What was wrong with undecodable input, in words: the codec's own texts
+    already are; those of ``struct`` and of indexing speak of Python buffers."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"a string is not valid UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"
+    if isinstance(exc, (IndexError, StructError)):
+        return "the frame ends inside a field"
+    return str(exc)
 
 
 # -- frames -------------------------------------------------------------------

@@ -27,10 +27,12 @@ from typing import Any, Callable
 from broker import errors
 from broker.protocol.detect import AmqpVersion
 from broker.protocol.host import Principal, ProtocolHost
+from broker.security import sasl
 
 from . import methods as m
 from .codec import (FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD,
-                    FRAME_MIN_SIZE, HEARTBEAT_FRAME, decode_table_entries, method_frame)
+                    FRAME_MIN_SIZE, HEARTBEAT_FRAME, malformed_reason,
+                    method_frame)
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,7 @@ _CHANNEL_CLOSE_ID = b"\x00\x14\x00\x28"
 
 class State(enum.Enum):
     AWAITING_START_OK = "awaiting connection.start-ok"
+    AWAITING_SECURE_OK = "awaiting connection.secure-ok"   # the SASL response came empty
     AUTHENTICATING = "authenticating"      # the transport is verifying credentials
     AWAITING_TUNE_OK = "awaiting connection.tune-ok"
     AWAITING_OPEN = "awaiting connection.open"
@@ -86,9 +89,12 @@ class _Desynchronised(errors.FrameError):
     """A framing error after which the byte stream cannot be followed any more."""
 
 
+def method_ids_table(version: AmqpVersion) -> dict[type[m.Method], tuple[int, int]]:
+    return {AmqpVersion.V0_8: m.IDS_0_8, AmqpVersion.V0_9: m.IDS_0_9}.get(version, m.IDS_0_9_1)
+
+
 def method_ids(method: m.Method, version: AmqpVersion) -> tuple[int, int]:
-    table = {AmqpVersion.V0_8: m.IDS_0_8, AmqpVersion.V0_9: m.IDS_0_9}.get(version, m.IDS_0_9_1)
-    return table.get(type(method), (0, 0))
+    return method_ids_table(version).get(type(method), (0, 0))
 
 
 class AmqpConnection:
@@ -105,6 +111,7 @@ class AmqpConnection:
         self.port_name = port_name
         self.id = str(uuid.uuid4())
         self.state = State.AWAITING_START_OK
+        self._mechanism = ""                   # the SASL mechanism chosen in start-ok
         self._decoders, self._encoders, self._version_pair = _VERSION_TABLES[version]
         self._rest = b""
         self._out: list[bytes] = []
@@ -123,6 +130,7 @@ class AmqpConnection:
         self.namespace: Any = None
         self.model: Any = None             # the runtime Connection object in the model tree
         self.virtual_host_name = ""
+        self.virtual_host_as_named = ""        # as connection.open named it ("/" for the default)
         self.client_properties: dict[str, Any] = {}
         self.client_capabilities: dict[str, Any] = {}
         self.channel_max = host.channel_max
@@ -333,11 +341,22 @@ class AmqpConnection:
         if wake:
             self.on_output()
 
-    def send_method(self, channel: int, method: m.Method) -> None:
+    def encode_method(self, channel: int, method: m.Method) -> bytes:
         encoder = self._encoders.get(type(method))
         if encoder is None:
             raise errors.InternalError(f"{method.NAME} does not exist in AMQP {self.version.value}")
-        self._write(method_frame(channel, encoder(method)))
+        return method_frame(channel, encoder(method))
+
+    def send_method(self, channel: int, method: m.Method) -> None:
+        self._write(self.encode_method(channel, method))
+
+    @property
+    def is_open(self) -> bool:
+        return self.state is State.OPEN
+
+    def run_dispatch(self) -> None:
+        """Deliver what consumers may take now (after output that held deliveries back)."""
+        self._run_dispatch()
 
     def schedule_dispatch(self, queue: Any) -> None:
         self._dispatch_pending.add(queue)
@@ -388,8 +407,16 @@ class AmqpConnection:
                 f"unknown method class {key >> 16} method {key & 0xFFFF} in AMQP {self.version.value}")
         try:
             return decoder(payload, 4)
-        except (ValueError, IndexError, struct.error, UnicodeDecodeError) as exc:
-            raise errors.SyntaxError_(f"malformed arguments for method {key >> 16}/{key & 0xFFFF}: {exc}")
+        except (ValueError, IndexError, struct.error) as exc:
+            raise errors.SyntaxError_(
+                f"malformed arguments for method {self._method_name(key)}: {malformed_reason(exc)}") from None
+
+    def _method_name(self, key: int) -> str:
+        ids = method_ids_table(self.version)
+        for cls, (class_id, method_id) in ids.items():
+            if (class_id << 16) | method_id == key:
+                return f"'{cls.NAME}' ({class_id}/{method_id})"
+        return f"{key >> 16}/{key & 0xFFFF}"
 
     def _method_frame(self, channel: int, payload: bytes) -> None:
         method = self.decode_method(payload)
@@ -446,6 +473,8 @@ class AmqpConnection:
             raise errors.CommandInvalid("connection.close-ok without a connection.close")
         elif state is State.AWAITING_START_OK and cls is m.ConnectionStartOk:
             self._start_ok(method)  # type: ignore[arg-type]
+        elif state is State.AWAITING_SECURE_OK and cls is m.ConnectionSecureOk:
+            self._sasl_response(method.response)  # type: ignore[attr-defined]
         elif state is State.AWAITING_TUNE_OK and cls is m.ConnectionTuneOk:
             self._tune_ok(method)  # type: ignore[arg-type]
         elif state is State.AWAITING_OPEN and cls is m.ConnectionOpen:
@@ -467,12 +496,27 @@ class AmqpConnection:
         caps = method.client_properties.get("capabilities")
         self.client_capabilities = caps if isinstance(caps, dict) else {}
         mechanism = method.mechanism
-        if mechanism not in self.host.sasl_mechanisms(self.remote_host):
-            self._refuse_login(f"unsupported authentication mechanism '{mechanism}'")
+        offered = self.host.sasl_mechanisms(self.remote_host)
+        if mechanism not in offered:
+            # A connection.close naming it (403, as for any refused login), even to
+            # clients without authentication_failure_close: they chose no mechanism
+            # offered, so no password was tried.
+            raise errors.ConnectionAccessRefused(f"authentication mechanism '{mechanism}' is not"
+                                                 f" supported; this broker offers: {' '.join(offered)}")
+        self._mechanism = mechanism
+        if not method.response and mechanism in sasl.PASSWORD_MECHANISMS:
+            # No initial response (Qpid's clients): RFC 4422 section 5 -- a
+            # client-first mechanism then gets an empty challenge, and the
+            # response comes in connection.secure-ok (spec 0-9-1 1.4.2.3).
+            self.state = State.AWAITING_SECURE_OK
+            self.send_method(0, m.ConnectionSecure(challenge=b""))
             return
+        self._sasl_response(method.response)
+
+    def _sasl_response(self, response: bytes) -> None:
         # Verifying a salted hash is deliberately slow: the transport runs this
         # in a worker thread and reports back through authentication_done().
-        response = method.response
+        mechanism = self._mechanism
         self.state = State.AUTHENTICATING
         self.authentication = lambda: self._authenticate(mechanism, response)
 
@@ -496,24 +540,10 @@ class AmqpConnection:
             self.receive_data(b"")
 
     def _authenticate(self, mechanism: str, response: bytes) -> Principal:
-        host = self.host
-        if mechanism == "PLAIN":
-            from broker.security.sasl import parse_plain
-
-            _authzid, user, password = parse_plain(response)
-            return host.authenticate(user, password, self.remote_host)
-        if mechanism == "AMQPLAIN":
-            try:
-                table = decode_table_entries(response)
-            except (ValueError, IndexError, struct.error, UnicodeDecodeError):
-                raise errors.AuthenticationFailed("malformed AMQPLAIN response")
-            login, secret = table.get("LOGIN"), table.get("PASSWORD")
-            if not isinstance(login, str) or not isinstance(secret, str):
-                raise errors.AuthenticationFailed("AMQPLAIN response lacks LOGIN or PASSWORD")
-            return host.authenticate(login, secret, self.remote_host)
         if mechanism == "ANONYMOUS":
-            return host.authenticate_anonymous(self.remote_host)
-        raise errors.AuthenticationFailed(f"unsupported authentication mechanism '{mechanism}'")
+            return self.host.authenticate_anonymous(self.remote_host)
+        user, password = sasl.credentials(mechanism, response)
+        return self.host.authenticate(user, password, self.remote_host)
 
     def _refuse_login(self, text: str) -> None:
         # RabbitMQ's authentication_failure_close: clients that announce it get a
@@ -542,6 +572,7 @@ class AmqpConnection:
         assert self.principal is not None
         self.namespace = self.host.open_virtual_host(method.virtual_host, self.principal)
         self.virtual_host_name = self.namespace.vhost_name
+        self.virtual_host_as_named = method.virtual_host or "/"
         self.state = State.OPEN
         self.opened = True
         self.send_method(0, m.ConnectionOpenOk())
@@ -551,19 +582,34 @@ class AmqpConnection:
             self.set_blocked(True, reason)
 
     # -- errors and shutdown ------------------------------------------------------
+    def reply_text(self, exc: errors.BrokerError) -> str:
+        """``exc``'s text for this client, at most a short string long.
+
+        The messaging layer names a virtual host by its own name (``default``);
+        the client named it in connection.open (``/``), and RabbitMQ's texts
+        ("no queue 'q' in vhost '/'") use the client's name, so this does too.
+        """
+        text = exc.reply_text
+        named, own = self.virtual_host_as_named, self.virtual_host_name
+        if named and named != own:
+            text = text.replace(f"vhost '{own}'", f"vhost '{named}'")
+        return text[:255]
+
     def _connection_error(self, exc: errors.BrokerError, class_id: int = 0, method_id: int = 0) -> None:
         if self.state in (State.CLOSING, State.CLOSED):
             return
-        log.info("closing connection %s from %s: %s", self.id, self.remote_host, exc.reply_text)
-        self.close_reason = exc.reply_text
-        if self.state in (State.AWAITING_START_OK, State.AUTHENTICATING, State.AWAITING_TUNE_OK):
+        reply_text = self.reply_text(exc)
+        log.info("closing connection %s from %s: %s", self.id, self.remote_host, reply_text)
+        self.close_reason = reply_text
+        if self.state in (State.AWAITING_START_OK, State.AWAITING_SECURE_OK, State.AUTHENTICATING,
+                          State.AWAITING_TUNE_OK):
             # before tune the peer may not understand connection.close: just go
-            self.send_method(0, m.ConnectionClose(reply_code=exc.reply_code, reply_text=exc.reply_text[:255],
+            self.send_method(0, m.ConnectionClose(reply_code=exc.reply_code, reply_text=reply_text,
                                                   class_id=class_id, method_id=method_id))
             self._finish()
             return
         self._teardown()
-        self.send_method(0, m.ConnectionClose(reply_code=exc.reply_code, reply_text=exc.reply_text[:255],
+        self.send_method(0, m.ConnectionClose(reply_code=exc.reply_code, reply_text=reply_text,
                                               class_id=class_id, method_id=method_id))
         self.state = State.CLOSING
 

@@ -88,3 +88,29 @@ def test_alternate_exchange_under_both_names() -> None:
     assert alternate_exchange_of({"x-qpid-alternate-exchange": b"ae2"}) == "ae2"
     assert alternate_exchange_of({"alternate-exchange": "a", "x-qpid-alternate-exchange": "b"}) == "a"
     assert alternate_exchange_of({}) is None and alternate_exchange_of(None) is None
+
+
+def test_broker_j_attribute_names_as_declare_arguments() -> None:
+    settings = queue_settings({"maximumQueueDepthMessages": 5, "maximumQueueDepthBytes": "4096",
+                               "overflowPolicy": "REJECT", "priorities": 10, "maximumDeliveryAttempts": 3,
+                               "alternateExchange": "ae"})
+    assert (settings.max_length, settings.max_length_bytes, settings.overflow) == (5, 4096, "reject-publish")
+    assert (settings.kind, settings.priority_levels) == ("priority", 10)
+    assert settings.delivery_limit == 2 and settings.dead_letter_exchange == "ae"
+    assert queue_settings({"lvqKey": "k"}).lvq_key == "k" and queue_settings({"sortKey": "s"}).sort_key == "s"
+    unlimited = queue_settings({"maximumQueueDepthMessages": -1, "maximumQueueDepthBytes": -1})
+    assert unlimited.max_length is None and unlimited.max_length_bytes is None
+    with pytest.raises(PreconditionFailed, match="'overflowPolicy'.*unsupported_policy,producer_flow_control"):
+        queue_settings({"overflowPolicy": "PRODUCER_FLOW_CONTROL"})
+
+
+def test_required_alternate_and_unknown_arguments() -> None:
+    from broker.messaging.arguments import (EXCHANGE_ARGUMENTS, required_alternate_of, unknown_argument_behaviour,
+                                            unknown_arguments)
+
+    assert required_alternate_of({"alternateExchange": "ae"}) == "ae"
+    assert required_alternate_of({"alternate-exchange": "a", "alternateExchange": "b"}) is None
+    assert unknown_arguments({"alternate-exchange": "a", "x-b": 1, "a": 2}, EXCHANGE_ARGUMENTS) == ["a", "x-b"]
+    assert unknown_argument_behaviour(None) == "IGNORE" and unknown_argument_behaviour(" fail ") == "FAIL"
+    with pytest.raises(ValueError, match="expected one of IGNORE, LOG, FAIL"):
+        unknown_argument_behaviour("strict")

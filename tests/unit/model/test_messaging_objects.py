@@ -95,3 +95,18 @@ def test_durable_objects_are_written_through_the_store_and_restored(vhost: Virtu
 
     ns.delete_queue("billing")                         # its binding goes with it
     assert not [r for r in store.recover() if r.category in ("Queue", "Binding")]
+
+
+def test_the_context_variable_chooses_what_unknown_declare_arguments_get(tmp_path: Path) -> None:
+    config = minimal_config(virtualhostnodes=[{
+        "name": "node", "type": "memory", "context": {"queue.behaviourOnUnknownDeclareArgument": "fail"}}])
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    system = load_system_config(str(path), {"deltamq.data_dir": str(tmp_path / "data")})
+    vhost = system.broker.find_virtual_host("node")
+    assert vhost is not None and vhost.namespace is not None
+    assert vhost.namespace.unknown_arguments == "FAIL"
+
+
+def test_the_default_is_to_ignore_unknown_declare_arguments(vhost: VirtualHost) -> None:
+    assert vhost.namespace is not None and vhost.namespace.unknown_arguments == "IGNORE"

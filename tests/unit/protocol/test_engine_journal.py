@@ -208,3 +208,90 @@ def test_a_failed_tx_commit_closes_the_channel_and_leaves_no_trace(
     assert again.body == b"old" and again.method.redelivered
     client.send(1, m.BasicGet(queue="durable", no_ack=True))
     client.expect(m.BasicGetEmpty, 1)
+
+
+# -- replies leave in request order (spec 0-9-1 4.2.4): commit-ok holds later replies back ------
+
+@pytest.fixture
+def tx_client(client: Client) -> Client:
+    client.send(1, m.TxSelect())
+    client.expect(m.TxSelectOk)
+    return client
+
+
+def kinds(client: Client) -> list[type]:
+    return [type(obj.method if isinstance(obj, Delivery) else obj) for _ch, obj in client.take()]
+
+
+def test_tx_rollback_right_behind_a_durable_commit_answers_after_it(
+        tx_client: Client, journal: RecordingJournal) -> None:
+    tx_client.publish(1, "", "durable", b"a", PERSISTENT)
+    tx_client.raw(tx_client.encode(1, m.TxCommit()) + tx_client.encode(1, m.TxRollback())
+                  + tx_client.encode(1, m.QueueDeclare(queue="durable", passive=True)))
+    assert tx_client.take() == []                     # nothing may overtake commit-ok
+    journal.complete()
+    assert kinds(tx_client) == [m.TxCommitOk, m.TxRollbackOk, m.QueueDeclareOk]
+
+
+def test_other_channels_are_not_held_back_by_a_commit(tx_client: Client, journal: RecordingJournal) -> None:
+    tx_client.open_channel(2)
+    tx_client.publish(1, "", "durable", b"a", PERSISTENT)
+    tx_client.send(1, m.TxCommit())
+    tx_client.send(2, m.QueueDeclare(queue="durable", passive=True))
+    tx_client.expect(m.QueueDeclareOk, 2)
+    assert tx_client.take() == []
+    journal.complete()
+    tx_client.expect(m.TxCommitOk, 1)
+
+
+def test_deliveries_wait_behind_a_held_consume_ok(tx_client: Client, journal: RecordingJournal) -> None:
+    tx_client.publish(1, "", "durable", b"a", PERSISTENT)
+    tx_client.send(1, m.TxCommit())                   # the message is queued, commit-ok not yet sent
+    tx_client.send(1, m.BasicConsume(queue="durable", consumer_tag="c"))
+    assert tx_client.take() == []
+    journal.complete()
+    out = tx_client.take()
+    assert [type(obj.method if isinstance(obj, Delivery) else obj) for _ch, obj in out] == [
+        m.TxCommitOk, m.BasicConsumeOk, m.BasicDeliver]
+    assert out[2][1].body == b"a"
+
+
+def test_channel_close_behind_a_commit_gets_commit_ok_then_close_ok(
+        tx_client: Client, journal: RecordingJournal) -> None:
+    tx_client.publish(1, "", "durable", b"a", PERSISTENT)
+    tx_client.send(1, m.TxCommit())
+    tx_client.send(1, m.ChannelClose(reply_code=200, reply_text="bye"))
+    assert tx_client.take() == []
+    journal.complete()
+    assert kinds(tx_client) == [m.TxCommitOk, m.ChannelCloseOk]
+
+
+def test_a_commit_that_becomes_durable_after_the_connection_closed_sends_nothing(
+        tx_client: Client, journal: RecordingJournal) -> None:
+    tx_client.publish(1, "", "durable", b"a", PERSISTENT)
+    tx_client.send(1, m.TxCommit())
+    tx_client.send(1, m.TxRollback())
+    tx_client.server.connection_lost()
+    journal.complete()
+    assert tx_client.server.data_to_send() == b""
+
+
+def test_a_failed_commit_with_a_close_behind_it_still_answers_the_close(
+        tx_client: Client, journal: RecordingJournal) -> None:
+    tx_client.publish(1, "", "durable", b"a", PERSISTENT)
+    tx_client.send(1, m.TxCommit())
+    tx_client.send(1, m.ChannelClose(reply_code=200, reply_text="bye"))
+    assert tx_client.take() == []
+    journal.complete(OSError("[Errno 28] No space left on device"))
+    assert kinds(tx_client) == [m.ChannelCloseOk]     # the client is not left waiting for its close
+
+
+def test_a_failed_commit_drops_what_was_asked_behind_it_and_closes_the_channel(
+        tx_client: Client, journal: RecordingJournal) -> None:
+    tx_client.publish(1, "", "durable", b"a", PERSISTENT)
+    tx_client.send(1, m.TxCommit())
+    tx_client.send(1, m.QueueDeclare(queue="durable", passive=True))
+    journal.complete(OSError("[Errno 28] No space left on device"))
+    out = tx_client.take()
+    assert [type(obj) for _ch, obj in out] == [m.ChannelClose]
+    assert out[0][1].reply_code == 541
