@@ -167,6 +167,7 @@ class DeltaMessageJournal:
         self._kept_enqueues: set[tuple[str, int]] = set()
         #: why commits fail, from the first failure until one succeeds again (None: they succeed)
         self.failure: BaseException | None = None
+        self._failed_in_a_row = 0
         # statistics
         self.commits = 0
         self.committed_rows = 0
@@ -430,11 +431,13 @@ class DeltaMessageJournal:
                     (row[1], row[2]) for row in group.rows if row[0] == ENQUEUE)
             if self.failure is not None:
                 log.warning("journal of virtual host '%s': commits succeed again (%d failed)",
-                            self.vhost, self.failed_commits)
+                            self.vhost, self._failed_in_a_row)
                 self.failure = None
+                self._failed_in_a_row = 0
         else:
             self._keep(group)
             self.failed_commits += 1
+            self._failed_in_a_row += 1
             if self.failure is None:
                 self.failure = error
                 log.error("journal of virtual host '%s': commits failing: %s", self.vhost, error)

@@ -313,6 +313,7 @@ class Queue:
             if self._deleted or (durability is not None and durability.error is not None):
                 continue                       # never durable: never enqueued (the publisher was nacked)
             self._accept(message)
+        self._awaited = None                    # nothing held: let the group and its rows go
 
     def _accept(self, message: Message) -> None:
         """``message`` joins the queue: straight to a consumer, or into storage."""

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from broker.errors import BrokerError, ConfigurationError, NotFound, StoreFailed
 from broker.model.attributes import Attribute, attribute, derived, named
 from broker.model.config_store import ConfigurationRecord, DurableConfigurationStore
-from broker.model.configured_object import ConfiguredObject
+from broker.model.configured_object import ConfiguredObject, State
 from broker.model.operations import operation
 from broker.model.runtime import RuntimeObject
 
@@ -105,6 +105,17 @@ class NamespaceObject(RuntimeObject):
         """The namespace deleted the real object: only the view goes."""
         self.live = None
         super().unregister()
+
+    def delete(self) -> None:
+        """Delete the real object first: when the namespace refuses (its store failed), the view stays.
+
+        Once it is gone, the namespace's mirror unregisters this view.
+        """
+        live = self.live
+        if live is not None and self.state is not State.DELETED:
+            self.validate_delete()
+            self.delete_live(live)
+        super().delete()
 
     def on_delete(self) -> None:
         """Management deletes the view: delete the real object."""

@@ -154,6 +154,7 @@ def test_a_durable_queue_the_store_cannot_keep_is_refused(small_disk: DeltaMQPro
     api = management(small_disk)
     data = small_disk.dir / "data"
     name = f"q-{uuid.uuid4().hex[:8]}"
+    assert api.post("queue/default/default", json={"name": name + "-kept", "durable": True}).status_code == 201
     if failure == "full":
         fill(small_disk)
     else:
@@ -165,6 +166,9 @@ def test_a_durable_queue_the_store_cannot_keep_is_refused(small_disk: DeltaMQPro
         assert f"queue '{name}'" in text
         assert ("No space left on device" if failure == "full" else "Read-only file system") in text
         assert api.get(f"queue/default/default/{name}").status_code == 404
+        refused = api.delete(f"queue/default/default/{name}-kept")
+        assert refused.status_code == 503 and "cannot delete queue" in refused.json()["errorMessage"]
+        assert api.get(f"queue/default/default/{name}-kept").status_code == 200
         conn = connect(small_disk)
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
             conn.channel().queue_declare(name + "-amqp", durable=True)
@@ -183,3 +187,4 @@ def test_a_durable_queue_the_store_cannot_keep_is_refused(small_disk: DeltaMQPro
     api = management(small_disk)
     assert api.get(f"queue/default/default/{name}").status_code == 404
     assert api.get(f"queue/default/default/{name}-amqp").status_code == 404
+    assert api.get(f"queue/default/default/{name}-kept").status_code == 200
