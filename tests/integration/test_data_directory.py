@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -115,6 +116,23 @@ def test_a_second_broker_on_the_data_directory_exits_naming_the_first(
     conn.close()
     assert (data_dir / ".lock").read_text() == f"{first.proc.pid}\n"
     assert not list(data_dir.glob(".write-probe-*"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)                   # Spark's start, as in tests/lakehouse/test_spark.py
+def test_deltamq_sql_reads_the_data_directory_while_the_broker_holds_it(
+        first: DeltaMQProcess) -> None:
+    conn = pika.BlockingConnection(_params(first))
+    conn.channel().queue_declare("seen-by-sql", durable=True)
+    conn.close()
+    query = ("SELECT get_json_object(attributes, '$.name') AS name FROM configuration"
+             " WHERE category = 'Queue' AND get_json_object(attributes, '$.name') = 'seen-by-sql'")
+    done = subprocess.run([sys.executable, "-m", "broker.cli", "sql", "--data-dir",
+                           str(first.dir / "data"), query], cwd=REPO, capture_output=True,
+                          text=True, timeout=580, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert "| seen-by-sql |" in done.stdout
+    assert first.alive()
 
 
 def test_a_killed_brokers_journal_writer_holds_the_directory_until_it_ends(
