@@ -181,6 +181,7 @@ class DeltaMessageJournal:
         self.commits = 0
         self.committed_rows = 0
         self.failed_commits = 0
+        self.sent_rows = 0                      # rows handed to the writer (committed or not)
 
     # -- lifetime ------------------------------------------------------------------
 
@@ -356,6 +357,7 @@ class DeltaMessageJournal:
         self._probed = False
         self._take_kept(attempt)
         self._in_flight = attempt
+        self.sent_rows += len(attempt.rows)
         # the writer process builds the Arrow table: the loop only pickles plain values;
         # no rows: a probe (can the table's directory take a write again?)
         payload = (pickle.dumps(self._plain(attempt.rows), protocol=pickle.HIGHEST_PROTOCOL)
