@@ -287,9 +287,6 @@ def main(argv: list[str] | None = None) -> int:
     # not kill it halfway through a commit while the broker is still shutting down.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    # a file size limit (RLIMIT_FSIZE) fails the commit with EFBIG, as a full disk fails it
-    # with ENOSPC, instead of killing the writer
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s journal-writer: %(message)s")
     from .journal_upkeep import UpkeepProcess          # it imports this module
