@@ -208,3 +208,12 @@ def test_a_failed_tx_commit_closes_the_channel_and_leaves_no_trace(
     assert again.body == b"old" and again.method.redelivered
     client.send(1, m.BasicGet(queue="durable", no_ack=True))
     client.expect(m.BasicGetEmpty, 1)
+
+
+def test_a_mandatory_publish_whose_commit_fails_is_nacked_not_returned(
+        client: Client, journal: RecordingJournal) -> None:
+    confirm_mode(client)
+    client.publish(1, "", "durable", b"routed", PERSISTENT, mandatory=True)
+    journal.complete(OSError("[Errno 30] Read-only file system"))
+    # it was routed: no basic.return (spec 1.8: only unroutable messages come back), just the nack
+    assert [type(obj) for _ch, obj in client.take()] == [m.BasicNack]
