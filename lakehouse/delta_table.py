@@ -79,6 +79,8 @@ from .version_checksum import TableChecksum
 log = logging.getLogger(__name__)
 
 CHECKPOINT_INTERVAL = 20
+#: bytes :meth:`AppendOnlyTable.probe` writes: about what a small commit needs
+PROBE_BYTES = 64 * 1024
 
 #: a location: a local path, or a URI string (``s3://bucket/prefix``)
 Location = str | Path
@@ -392,6 +394,28 @@ class AppendOnlyTable:
             if "metaData" in action or "protocol" in action:
                 raise RuntimeError(f"{commit.name} changed the table's metadata or protocol while"
                                    f" {self.name} was being appended to; re-open the table")
+
+    def probe(self, size: int = PROBE_BYTES) -> None:
+        """Write and fsync ``size`` bytes in the table's directory, then remove them.
+
+        Raises what a commit would meet (ENOSPC, EROFS, EFBIG); object storage is not probed.
+        """
+        if self._path is None:
+            return
+        probe = self._path / f".deltamq-probe-{uuid.uuid4()}"
+        try:
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                if os.write(fd, bytes(size)) != size:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(probe))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        finally:
+            try:
+                probe.unlink(missing_ok=True)
+            except OSError:
+                pass
 
     def checkpoint(self) -> None:
         """Write a Delta checkpoint of the current version (delta-rs)."""

@@ -20,6 +20,11 @@ child process with an interpreter of its own, on the other core:
   vacuum) as a process of its own at a lower priority
   (:mod:`lakehouse.journal_upkeep`), so none of that touches the broker's
   interpreter or the writer's, and tells it when a checkpoint is due;
+* a frame with no rows is a *probe*, sent while commits fail: it writes and
+  fsyncs a small file in the table's directory and removes it
+  (:meth:`~lakehouse.delta_table.AppendOnlyTable.probe`), answering as for a
+  commit, so the broker learns the disk has room again without sending it
+  every message that arrives meanwhile;
 * a frame with group number 0 asks it to end the upkeep process and exit; so
   does the end of its input (the broker went away).
 
@@ -245,10 +250,15 @@ def serve(table: AppendOnlyTable, encoder: RowEncoder, requests: BinaryIO, repli
         number, length = REQUEST.unpack(header)
         if number == 0:
             return
-        payload = _read_exactly(requests, length)
+        payload = _read_exactly(requests, length) if length else b""
         if payload is None:
             return
         try:
+            if not payload:                     # a probe while commits fail: is there room again?
+                table.probe()
+                replies.write(REPLY.pack(number, 0))
+                replies.flush()
+                continue
             rows = encoder.table(pickle.loads(payload))
             started = time.perf_counter()
             table.append(rows, defer_checksum=True)
@@ -277,9 +287,6 @@ def main(argv: list[str] | None = None) -> int:
     # not kill it halfway through a commit while the broker is still shutting down.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    # a file size limit (RLIMIT_FSIZE) fails the commit with EFBIG, as a full disk fails it
-    # with ENOSPC, instead of killing the writer
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s journal-writer: %(message)s")
     from .journal_upkeep import UpkeepProcess          # it imports this module

@@ -101,3 +101,30 @@ def test_failed_enqueues_vanish_and_failed_acks_are_committed_later(
     assert bodies(ns2.queues["q"]) == [b"unacked"]
     recovered.close()
 
+
+
+def test_while_commits_fail_messages_are_not_sent_to_the_writer_again_and_again(tmp_path: Path) -> None:
+    """Memory stays bounded: what arrives while commits fail waits for a small attempt and fails with it."""
+    ns = Namespace("v")
+    journal = open_journal(tmp_path / "journal", ns)
+    q = ns.declare_queue("q", durable=True)[0]
+
+    async def main() -> None:
+        journal.attach_loop(asyncio.get_running_loop())
+        limit_writer(journal, 1)
+        q.enqueue(persistent(b"first"))
+        assert (await settled(journal.pending)).error is not None     # commits fail from here on
+        sent = journal.sent_rows
+        for _ in range(5):
+            for _ in range(1000):
+                q.enqueue(persistent(b"x" * 1024))
+            assert (await settled(journal.pending)).error is not None
+        assert journal.sent_rows == sent                  # probes only: no message went to the writer
+        assert q.held_count == 0 and q.message_count == 0
+        limit_writer(journal, resource.RLIM_INFINITY)
+        q.enqueue(persistent(b"room again"))
+        assert (await settled(journal.pending)).error is None
+        assert journal.sent_rows == sent + 1
+
+    asyncio.run(main())
+    journal.close()

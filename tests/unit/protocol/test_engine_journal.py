@@ -295,3 +295,12 @@ def test_a_failed_commit_drops_what_was_asked_behind_it_and_closes_the_channel(
     out = tx_client.take()
     assert [type(obj) for _ch, obj in out] == [m.ChannelClose]
     assert out[0][1].reply_code == 541
+
+
+def test_a_mandatory_publish_whose_commit_fails_is_nacked_not_returned(
+        client: Client, journal: RecordingJournal) -> None:
+    confirm_mode(client)
+    client.publish(1, "", "durable", b"routed", PERSISTENT, mandatory=True)
+    journal.complete(OSError("[Errno 30] Read-only file system"))
+    # it was routed: no basic.return (spec 1.8: only unroutable messages come back), just the nack
+    assert [type(obj) for _ch, obj in client.take()] == [m.BasicNack]
