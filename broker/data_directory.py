@@ -27,6 +27,7 @@ import errno
 import fcntl
 import logging
 import os
+import stat
 from pathlib import Path
 
 from broker.errors import BrokerError
@@ -118,7 +119,8 @@ def inherited_descriptors() -> tuple[int, ...]:
         return ()
     descriptor = int(text)
     try:
-        os.fstat(descriptor)
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return ()
     except OSError:
         return ()
     return (descriptor,)
