@@ -6,9 +6,10 @@ RabbitMQ's two alarms, checked together once a second (:data:`CHECK_INTERVAL`):
   messages its queues hold (ready and delivered-but-unsettled, counted once
   per queue, as Broker-J's queue depth in bytes), :data:`MESSAGE_OVERHEAD`
   for each such message, and what the connections buffer (unsent output,
-  input not yet parsed) -- against the broker's ``memoryHighWatermark``.  The process's resident size is
-  reported beside it but not used: the allocator keeps freed memory, so RSS
-  does not fall when queues drain and an alarm on it would never clear;
+  input not yet parsed) -- against the broker's ``memoryHighWatermark``.
+  The process's resident size is reported beside it but not used: the
+  allocator keeps freed memory, so RSS does not fall when queues drain and
+  an alarm on it would never clear;
 * **disk**: the bytes free for the broker's user on the data directory's
   file system (``os.statvfs``) against ``diskFreeLimit``
   (``deltamq.disk_free_limit``, default 50 MB as RabbitMQ's

@@ -1,4 +1,4 @@
-"""One broker per data directory, and a data directory that must be writable (broker.data_directory)."""
+"""One broker per data directory, which must be writable (broker.data_directory)."""
 
 from __future__ import annotations
 

@@ -29,9 +29,11 @@ class Registry:
 
 @pytest.mark.parametrize(("limit", "when_below", "values", "states"), [
     # memory: set above the limit, cleared only at or below 90% of it
-    (1000, False, [900, 1001, 950, 901, 900, 1000, 1001], [False, True, True, True, False, False, True]),
+    (1000, False, [900, 1001, 950, 901, 900, 1000, 1001],
+     [False, True, True, True, False, False, True]),
     # disk: set below the limit, cleared only at or above 110% of it
-    (1000, True, [1000, 999, 1050, 1099, 1100, 1000, 999], [False, True, True, True, False, False, True]),
+    (1000, True, [1000, 999, 1050, 1099, 1100, 1000, 999],
+     [False, True, True, True, False, False, True]),
     # a limit of 0 never alarms
     (0, True, [0, 5], [False, False]),
 ])
