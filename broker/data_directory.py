@@ -12,9 +12,10 @@ same messages and number new ones from the same journal version.  So
   process id into it.  The lock belongs to the open file, not the process:
   the journal writer and upkeep processes inherit the descriptor
   (:func:`inherited_descriptors`), so a broker that was SIGKILLed still holds
-  the directory until its writer has finished its last commit and ended.
-  The kernel releases the lock when the last holder ends, so a lock file
-  left by a dead process never blocks a start.
+  the directory until its writer has finished its last commit and ended; a
+  new start waits up to :data:`ORPHAN_GRACE` for that, then refuses naming
+  the process.  The kernel releases the lock when the last holder ends, so a
+  lock file left by a dead process never blocks a start.
 
 Readers -- ``deltamq sql``, Spark, notebooks -- read the Delta tables and
 take no lock: they work while the broker runs.  A directory given as a URI
@@ -27,6 +28,8 @@ import errno
 import fcntl
 import logging
 import os
+import stat
+import time
 from pathlib import Path
 
 from broker.errors import BrokerError
@@ -36,6 +39,9 @@ log = logging.getLogger(__name__)
 LOCK_FILE_NAME = ".lock"
 #: the lock's descriptor number, for the processes the broker starts (they inherit it)
 LOCK_DESCRIPTOR_VARIABLE = "DELTAMQ_DATA_DIR_LOCK_FD"
+#: seconds a start waits for the journal processes of a broker that ended (SIGKILL)
+ORPHAN_GRACE = 5.0
+ORPHAN_POLL = 0.05
 
 
 class DataDirectoryError(BrokerError):
@@ -71,8 +77,12 @@ class DataDirectoryLock:
         os.close(descriptor)        # closing our descriptor drops our share of the lock
 
 
-def claim(location: str) -> DataDirectoryLock | None:
+def claim(location: str, *, orphan_grace: float = ORPHAN_GRACE) -> DataDirectoryLock | None:
     """Check ``location`` is a writable directory and lock it for this process's lifetime.
+
+    A lock held by a live broker is refused at once; one left to the
+    processes of a broker that has ended is waited for up to
+    ``orphan_grace`` seconds (they end once their last commit is done).
 
     Returns None for an object storage URI (nothing to lock).  Raises
     :class:`DataDirectoryNotWritable` or :class:`DataDirectoryInUse`, each
@@ -90,7 +100,7 @@ def claim(location: str) -> DataDirectoryLock | None:
     except OSError as exc:
         raise _not_writable(path, exc) from None
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _lock(descriptor, lock_path, orphan_grace)
     except OSError as exc:
         os.close(descriptor)
         if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
@@ -107,6 +117,22 @@ def claim(location: str) -> DataDirectoryLock | None:
     return DataDirectoryLock(path, descriptor)
 
 
+def _lock(descriptor: int, lock_path: Path, orphan_grace: float) -> None:
+    """flock ``descriptor``, waiting a little for the processes of a broker that has ended."""
+    deadline = time.monotonic() + orphan_grace
+    while True:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            recorded = _recorded_pid(lock_path)
+            if recorded is None or _alive(recorded) or time.monotonic() >= deadline:
+                raise
+        time.sleep(ORPHAN_POLL)
+
+
 def inherited_descriptors() -> tuple[int, ...]:
     """The data directory lock's descriptor, for ``pass_fds`` of a process that writes there.
 
@@ -118,7 +144,8 @@ def inherited_descriptors() -> tuple[int, ...]:
         return ()
     descriptor = int(text)
     try:
-        os.fstat(descriptor)
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return ()
     except OSError:
         return ()
     return (descriptor,)

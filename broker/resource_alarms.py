@@ -6,9 +6,10 @@ RabbitMQ's two alarms, checked together once a second (:data:`CHECK_INTERVAL`):
   messages its queues hold (ready and delivered-but-unsettled, counted once
   per queue, as Broker-J's queue depth in bytes), :data:`MESSAGE_OVERHEAD`
   for each such message, and what the connections buffer (unsent output,
-  input not yet parsed) -- against the broker's ``memoryHighWatermark``.  The process's resident size is
-  reported beside it but not used: the allocator keeps freed memory, so RSS
-  does not fall when queues drain and an alarm on it would never clear;
+  input not yet parsed) -- against the broker's ``memoryHighWatermark``.
+  The process's resident size is reported beside it but not used: the
+  allocator keeps freed memory, so RSS does not fall when queues drain and
+  an alarm on it would never clear;
 * **disk**: the bytes free for the broker's user on the data directory's
   file system (``os.statvfs``) against ``diskFreeLimit``
   (``deltamq.disk_free_limit``, default 50 MB as RabbitMQ's
@@ -114,14 +115,19 @@ class ResourceAlarms:
                  queues: Callable[[], Iterable[HeldQueue]] = lambda: (),
                  registries: Callable[[], Iterable[BlockableConnections]] = lambda: ()) -> None:
         self.memory = ResourceAlarm(MEMORY, memory_limit)
-        self.disk = ResourceAlarm(DISK, disk_free_limit if data_dir is not None else 0,
-                                  when_below=True)
+        self.disk = ResourceAlarm(DISK, 0, when_below=True)
         #: every queue of every virtual host, as they are now
         self.queues = queues
         #: the directory whose file system's free space is watched (None: not watched)
         self.data_dir = data_dir
         #: the connections of every AMQP port, as they are now
         self.registries = registries
+        self.set_limits(memory_limit, disk_free_limit)
+
+    def set_limits(self, memory_limit: int, disk_free_limit: int) -> None:
+        """The limits as configured now (management may change them): the next check uses them."""
+        self.memory.limit = memory_limit
+        self.disk.limit = disk_free_limit if self.data_dir is not None else 0
 
     @property
     def reason(self) -> str:

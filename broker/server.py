@@ -164,8 +164,9 @@ async def _drive_virtual_hosts(broker: Any) -> None:
         await anyio.sleep(min(max(soonest - time.monotonic(), 0.001), TIMER_RESOLUTION))
 
 
-async def _watch_resources(alarms: ResourceAlarms) -> None:
+async def _watch_resources(broker: Any, alarms: ResourceAlarms) -> None:
     while True:
+        alarms.set_limits(int(broker.memory_high_watermark), int(broker.disk_free_limit))
         alarms.check()
         await anyio.sleep(CHECK_INTERVAL)
 
@@ -259,7 +260,7 @@ async def _run(broker: Any, alarms: ResourceAlarms, tg: TaskGroup) -> None:
         if getattr(vhost, "journal", None) is not None:
             vhost.journal.attach_loop(asyncio.get_running_loop())
     tg.start_soon(_drive_virtual_hosts, broker)
-    tg.start_soon(_watch_resources, alarms)
+    tg.start_soon(_watch_resources, broker, alarms)
     log.info("DeltaMQ %s ready", __version__)
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:

@@ -1,4 +1,4 @@
-"""One broker per data directory, and a data directory that must be writable (broker.data_directory)."""
+"""One broker per data directory, which must be writable (broker.data_directory)."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_a_process_started_with_the_lock_holds_it_after_the_broker_let_go(
         claims.pop().release()
         (tmp_path / ".lock").write_text(f"{_dead_pid()}\n")      # the broker that ended
         with pytest.raises(DataDirectoryInUse) as refused:
-            claim(str(tmp_path))
+            claim(str(tmp_path), orphan_grace=0)
         assert f"process {child.pid}," in refused.value.text
         assert "which has ended" in refused.value.text
     finally:
@@ -111,3 +111,24 @@ def test_a_file_size_limit_of_zero_makes_the_directory_unwritable(tmp_path: Path
 def test_an_object_storage_location_is_not_locked() -> None:
     assert claim("s3://bucket/prefix") is None
 
+
+
+def test_a_start_waits_a_little_for_the_processes_of_a_broker_that_ended(
+        tmp_path: Path, claims: list[data_directory.DataDirectoryLock]) -> None:
+    _claim(tmp_path, claims)
+    # a journal writer whose input ended (the broker was killed) and that still
+    # needs a moment for its last commit
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import sys, time; sys.stdin.read(); time.sleep(0.5)"],
+                             stdin=subprocess.PIPE, pass_fds=data_directory.inherited_descriptors())
+    claims.pop().release()
+    (tmp_path / ".lock").write_text(f"{_dead_pid()}\n")
+    assert child.stdin is not None
+    child.stdin.close()
+    try:
+        lock = claim(str(tmp_path), orphan_grace=60)   # waited for it rather than refusing
+        assert lock is not None
+        claims.append(lock)
+        assert child.poll() is not None
+    finally:
+        child.wait()

@@ -29,9 +29,11 @@ class Registry:
 
 @pytest.mark.parametrize(("limit", "when_below", "values", "states"), [
     # memory: set above the limit, cleared only at or below 90% of it
-    (1000, False, [900, 1001, 950, 901, 900, 1000, 1001], [False, True, True, True, False, False, True]),
+    (1000, False, [900, 1001, 950, 901, 900, 1000, 1001],
+     [False, True, True, True, False, False, True]),
     # disk: set below the limit, cleared only at or above 110% of it
-    (1000, True, [1000, 999, 1050, 1099, 1100, 1000, 999], [False, True, True, True, False, False, True]),
+    (1000, True, [1000, 999, 1050, 1099, 1100, 1000, 999],
+     [False, True, True, True, False, False, True]),
     # a limit of 0 never alarms
     (0, True, [0, 5], [False, False]),
 ])
@@ -91,14 +93,14 @@ def test_disk_alarm_measures_the_data_directory_and_combines_with_memory(tmp_pat
     queue, registry = Queue("q"), Registry()
     alarms = ResourceAlarms(1, 0, data_dir=str(tmp_path), queues=lambda: [queue],
                             registries=lambda: [registry])
-    alarms.disk.limit = free * 2                  # more than this file system has free
+    alarms.set_limits(1, free * 2)                # more than this file system has free
     alarms.check()
     assert alarms.disk.set and alarms.disk.value is not None
     assert registry.told == [(True, "low on disk")]
     queue.enqueue(message(b"m"))
     alarms.check()
     assert alarms.reason == "low on memory & disk"
-    alarms.disk.limit = 1                         # plenty free now
+    alarms.set_limits(1, 1)                       # plenty free now
     alarms.check()
     assert registry.told[-1] == (True, "low on memory")
     queue.get(no_ack=True)
@@ -110,3 +112,14 @@ def test_without_a_local_data_directory_there_is_no_disk_alarm() -> None:
     alarms = ResourceAlarms(1 << 30, 1 << 62, data_dir=None)
     alarms.check()
     assert not alarms.disk.set and alarms.disk.value is None
+    alarms.set_limits(1 << 30, 1 << 62)
+    assert alarms.disk.limit == 0
+
+
+def test_changed_limits_apply_at_the_next_check(tmp_path: Path) -> None:
+    alarms = ResourceAlarms(1 << 30, 0, data_dir=str(tmp_path))
+    alarms.check()
+    assert alarms.reason == ""
+    alarms.set_limits(1 << 30, 1 << 62)          # diskFreeLimit raised over management
+    alarms.check()
+    assert alarms.reason == "low on disk"

@@ -8,7 +8,7 @@ import pytest
 
 from broker.errors import ConfigurationError
 from broker.model import Broker, Port, PortProtocol, Transport, category, categories
-from broker.model.attributes import attribute, camel_case, convert
+from broker.model.attributes import attribute, camel_case, convert, derived_attributes
 from tests.unit.model.conftest import Loader, minimal_config
 
 
@@ -29,6 +29,23 @@ def test_memory_high_watermark_comes_from_a_context_variable(load: Loader) -> No
     broker = load(context={"deltamq.memory_high_watermark": "123456"}).broker
     assert broker.memory_high_watermark == 123456
     assert "memoryHighWatermark" not in broker.attributes(actual=True)
+
+
+def test_disk_free_limit_is_rabbitmqs_default_unless_a_context_variable_says_otherwise(
+        load: Loader) -> None:
+    assert load().broker.attributes()["diskFreeLimit"] == 50_000_000
+    assert load(context={"deltamq.disk_free_limit": "0"}).broker.disk_free_limit == 0
+    with pytest.raises(ConfigurationError, match="'diskFreeLimit' must not be negative"):
+        load(context={"deltamq.disk_free_limit": "-1"})
+
+
+def test_alarm_statistics_are_quiet_when_the_broker_is_not_served(load: Loader) -> None:
+    broker = load().broker
+    statistics = {name: d.__get__(broker, Broker)
+                  for name, d in derived_attributes(Broker).items() if d.statistic}
+    assert statistics["memoryAlarm"] is False and statistics["diskAlarm"] is False
+    assert statistics["memoryUsed"] == 0 and statistics["diskFree"] == -1
+    assert statistics["residentMemorySize"] > 0
 
 
 def test_wire_names_are_camel_case_unless_declared() -> None:
