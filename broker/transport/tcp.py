@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 WRITE_HIGH_WATER = 1 << 20     # transport buffer above which deliveries pause
 IDLE_TICK = 0.25               # timer period while no heartbeat is negotiated
+STALL = 0.5                    # a timer this late means the event loop did not run meanwhile
 
 EngineFactory = Callable[[AmqpVersion, str, int], Any]
 
@@ -85,6 +86,7 @@ class AmqpProtocol(asyncio.Protocol):
         self._last_received = self._last_sent = self._loop.time()
         self._closing_since: float | None = None
         self._open_timer: asyncio.TimerHandle | None = None   # armed while counted as opening
+        self._open_deadline = 0.0
         self._lingering = False
 
     # -- asyncio.Protocol ---------------------------------------------------------
@@ -99,6 +101,7 @@ class AmqpProtocol(asyncio.Protocol):
         if not self.registry.opening.admit(self._remote[0], limits):
             self.transport.abort()
             return
+        self._open_deadline = self._loop.time() + limits.open_timeout
         self._open_timer = self._loop.call_later(limits.open_timeout, self._open_timeout)
 
     def data_received(self, data: bytes) -> None:
@@ -249,6 +252,14 @@ class AmqpProtocol(asyncio.Protocol):
 
     def _open_timeout(self) -> None:
         """Not opened in time: close the socket without a word (RabbitMQ's handshake_timeout)."""
+        late = self._loop.time() - self._open_deadline
+        if late > STALL:
+            # The loop was stalled (a busy machine, a long start-up step): timers run
+            # before the input that arrived meanwhile is read, and what the client
+            # sent in time is not its fault.  Time the broker did not run is not counted.
+            self._open_deadline = self._loop.time() + late
+            self._open_timer = self._loop.call_later(late, self._open_timeout)
+            return
         self._open_timer = None
         self.registry.opening.done(self._remote[0])
         if self.transport is None:

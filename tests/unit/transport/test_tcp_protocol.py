@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -241,6 +242,23 @@ def test_a_connection_not_opened_in_time_is_closed(stage: str, awaited: str,
         assert registry.connections == set() and host.opened == []
         assert [r.getMessage() for r in caplog.records] == [
             f"closing connection from 127.0.0.1: not opened within 0.2 s ({awaited})"]
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.timeout(30)
+def test_time_the_event_loop_was_stalled_does_not_count_against_the_client() -> None:
+    async def scenario() -> None:
+        host = FakeHost()
+        registry = ConnectionRegistry(limits=HandshakeLimits(open_timeout=0.2))
+        proto, transport = _accepted(host, registry)
+        time.sleep(1.0)                  # the loop is stuck: the client's header waits unread
+        for _ in range(3):               # the late timer runs before the input would be read
+            await asyncio.sleep(0)
+        assert not transport.closed
+        proto.data_received(b"AMQP\x00\x00\x09\x01")        # ...and then the input is read
+        await asyncio.wait_for(transport.closed_event.wait(), 5)  # nothing more: closed after all
+        assert transport.aborted and registry.opening.timed_out == 1
 
     asyncio.run(scenario())
 
