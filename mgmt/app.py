@@ -20,6 +20,7 @@ Every handler runs on the broker's event loop, where the model lives.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -33,11 +34,12 @@ from broker.model.configured_object import ConfiguredObject
 from broker.model.message_views import Content
 from broker.security.principal import Principal
 from mgmt import apidocs, console, metrics, openapi
-from mgmt.errors import BAD_REQUEST, FORBIDDEN, INTERNAL, UNAUTHORIZED, ApiError
+from mgmt.errors import BAD_REQUEST, FORBIDDEN, INTERNAL, TOO_MANY_REQUESTS, UNAUTHORIZED, \
+    ApiError
 from mgmt.rest import Reply, RestApi, parse_object
 from mgmt.security import CSRF_HEADER, REALM, SESSION_COOKIE, Action, Authenticated, \
-    Authenticator, CsrfRefused, NotAuthenticated, Permissions, Sessions, \
-    VirtualHostScopedPermissions, check_csrf, check_site
+    Authenticator, CsrfRefused, LoginBlocked, NotAuthenticated, Permissions, Sessions, \
+    ManagementPermissions, check_csrf, check_site
 
 log = logging.getLogger("deltamq.mgmt")
 
@@ -52,7 +54,7 @@ class Management:
         if broker is None:
             raise ValueError(f"{port.label} is not part of a broker")
         self.broker = broker
-        self.permissions: Permissions = permissions or VirtualHostScopedPermissions()
+        self.permissions: Permissions = permissions or ManagementPermissions()
         self.sessions = Sessions()
         self.authenticator = Authenticator(port, self.sessions)
         self.api = RestApi(broker, self.permissions)
@@ -66,6 +68,8 @@ class Management:
             found = await self.authenticator.identify(
                 request.headers.get("authorization"), request.cookies.get(SESSION_COOKIE),
                 request.client.host if request.client else None)
+        except LoginBlocked as exc:
+            raise blocked(exc) from None
         except NotAuthenticated as exc:
             # no Basic challenge for the console's scripts: a browser would pop up its own
             # password dialog instead of letting the page show its login form
@@ -79,6 +83,12 @@ class Management:
             # the header says why to the console, which then fetches the token again
             raise ApiError(FORBIDDEN, str(exc), {CSRF_HEADER: "required"}) from None
         return found
+
+
+def blocked(exc: LoginBlocked) -> ApiError:
+    """429 for a login refused while its address or user is blocked, saying for how long."""
+    return ApiError(TOO_MANY_REQUESTS, str(exc),
+                    {"Retry-After": str(max(1, math.ceil(exc.retry_after)))})
 
 
 def _query(request: Request[Any, Any, Any]) -> dict[str, list[str]]:
@@ -224,5 +234,7 @@ async def _login_principal(management: Management, request: Request[Any, Any, An
     try:
         return await management.authenticator.check_password(
             provider, user, password, request.client.host if request.client else None)
+    except LoginBlocked as exc:
+        raise blocked(exc) from None
     except NotAuthenticated as exc:
         raise ApiError(UNAUTHORIZED, str(exc)) from None

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, cast
 from broker.errors import ConfigurationError
 from broker.model.attributes import attribute, derived
 from broker.model.configured_object import ConfiguredObject, State
+from broker.security.throttle import CONTEXT_DEFAULTS as THROTTLE_DEFAULTS
+from broker.security.throttle import LoginThrottle, ThrottleSettings
 
 if TYPE_CHECKING:
     from broker.model.authentication import AuthenticationProvider
@@ -57,6 +59,8 @@ class Broker(ConfiguredObject):
         self.started_at = time.monotonic()
         #: binds ports while the broker runs (None: the model is not served, e.g. in tests)
         self.port_activation: PortActivation | None = None
+        #: failed logins of every provider and port (settings from context on open)
+        self.login_throttle = LoginThrottle()
 
     # -- statistics -----------------------------------------------------------------
 
@@ -88,6 +92,16 @@ class Broker(ConfiguredObject):
     def bytes_out(self) -> int:
         return self._summed_over_hosts("bytes_out")
 
+    @derived(int, counter=True, description="Logins refused for wrong credentials (AMQP and"
+                                            " HTTP)")
+    def login_failures(self) -> int:
+        return self.login_throttle.failures
+
+    @derived(int, counter=True, description="Logins refused unchecked because their source"
+                                            " address or user was blocked after failures")
+    def logins_throttled(self) -> int:
+        return self.login_throttle.refused
+
     def _summed_over_hosts(self, statistic: str) -> int:
         return sum(int(getattr(vhost, statistic)) for vhost in self.virtual_hosts)
 
@@ -104,6 +118,15 @@ class Broker(ConfiguredObject):
         if self.max_message_size <= 0 or self.memory_high_watermark <= 0:
             raise ConfigurationError(f"{self.label}: 'maxMessageSize' and 'memoryHighWatermark'"
                                      " must be positive")
+
+    def on_open(self) -> None:
+        def variable(name: str) -> str:
+            found = self._lookup(name)          # the tree, then -D, environment, file, built-ins
+            return self.resolve(found) if found is not None else THROTTLE_DEFAULTS[name]
+        try:
+            self.login_throttle.settings = ThrottleSettings.from_context(variable)
+        except ValueError as exc:
+            raise ConfigurationError(f"{self.label}: {exc}") from None
 
     # -- listening ----------------------------------------------------------------
 

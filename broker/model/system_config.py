@@ -42,6 +42,7 @@ from broker.model.initial_config import DEFAULT_CONFIG_RESOURCE, REPOSITORY_CONF
 from broker.model.persistence import StoreBinding, recover
 from broker.model.system_store import STORE_PATH_VARIABLE, STORE_TYPE_VARIABLE
 from broker.model.virtualhost import NamespaceFactory, VirtualHostNode
+from broker.security.throttle import CONTEXT_DEFAULTS as THROTTLE_DEFAULTS
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ BUILTIN_CONTEXT: dict[str, str | Callable[[], str]] = {
     "deltamq.memory_high_watermark": default_memory_high_watermark,
     STORE_TYPE_VARIABLE: system_store.DEFAULT_STORE_TYPE,
     STORE_PATH_VARIABLE: system_store.DEFAULT_STORE_PATH,
+    **THROTTLE_DEFAULTS,
 }
 
 
