@@ -42,6 +42,7 @@ from broker.errors import ConfigurationError
 from broker.model import registry
 from broker.model.attributes import Attribute, DerivedAttribute, attribute, convert, \
     declared_attributes, derived, derived_attributes, to_json
+from broker.model.confinement import check_name, check_path
 from broker.model.context import environment_value, expand
 
 log = logging.getLogger(__name__)
@@ -204,6 +205,10 @@ class ConfiguredObject:
         try:
             self._values = self._resolve()
             self.validate()
+            self._confine_paths(before_values)
+            if "context" in changes:
+                for below in self._descendants():
+                    below._confine_paths(below._values, below._resolve())
         except BaseException:
             self._actual, self._values = before_actual, before_values
             raise
@@ -234,6 +239,39 @@ class ConfiguredObject:
                 continue
             values[name] = convert(decl, raw, self.label)
         return values
+
+    # -- where management may make the broker write (broker.model.confinement) -----------
+
+    @classmethod
+    def _path_attributes(cls) -> list[str]:
+        return [name for name, decl in cls._declared.items() if decl.path]
+
+    def path_roots(self) -> list[str] | None:
+        """Where management may put path attributes (None: anywhere); asked of the root."""
+        return None
+
+    def _confine_paths(self, before: Mapping[str, Any] | None,
+                       values: Mapping[str, Any] | None = None) -> None:
+        """Refuse path attributes that ``values`` (default: the current ones) would move
+        outside the path roots; those unchanged since ``before`` are left alone."""
+        names = self._path_attributes()
+        if not names or not self.resolves_context:
+            return
+        roots = self.root.path_roots()
+        if roots is None:
+            return
+        now = self._values if values is None else values
+        for name in names:
+            value = now.get(name)
+            if value is not None and (before is None or before.get(name) != value):
+                check_path(str(value), roots, self.label, name)
+
+    def _descendants(self) -> Iterator[ConfiguredObject]:
+        """Every configured descendant (runtime objects, and what is below them, left out)."""
+        for child in self.all_children():
+            if child.resolves_context:
+                yield child
+                yield from child._descendants()
 
     # -- context variables -----------------------------------------------------
 
@@ -338,6 +376,10 @@ class ConfiguredObject:
             raise ConfigurationError(f"{self.label} has no parent to be created in")
         self._values = self._resolve()
         self.validate()
+        if self.resolves_context:
+            check_name(str(self._values.get("name")), self.label,
+                       joined_to_paths=bool(self._path_attributes()))
+            self._confine_paths(None)
         self.validate_on_create()
         self.parent._attach(self)
         try:

@@ -35,6 +35,7 @@ from broker.model.broker import Broker, default_memory_high_watermark
 from broker.model.config_store import ConfigurationRecord, DurableConfigurationStore, \
     MemoryConfigurationStore
 from broker.model.configured_object import ConfiguredObject
+from broker.model.confinement import DATA_DIR_VARIABLE, PATH_ROOTS_VARIABLE, parse_roots
 from broker.model.context import environment_value
 from broker.model.initial_config import DEFAULT_CONFIG_RESOURCE, REPOSITORY_CONFIG, \
     InitialConfiguration, Seeding, default_configuration_text, read_configuration, \
@@ -51,7 +52,8 @@ __all__ = ["BUILTIN_CONTEXT", "DEFAULT_CONFIG_RESOURCE", "REPOSITORY_CONFIG", "S
 
 #: the lowest-precedence context values; callables are computed when first asked
 BUILTIN_CONTEXT: dict[str, str | Callable[[], str]] = {
-    "deltamq.data_dir": "./data",
+    DATA_DIR_VARIABLE: "./data",
+    PATH_ROOTS_VARIABLE: "",
     "deltamq.amqp_port": "5672",
     "deltamq.http_port": "8080",
     "deltamq.memory_high_watermark": default_memory_high_watermark,
@@ -129,6 +131,12 @@ class SystemConfig(ConfiguredObject):
         if callable(builtin):
             builtin = BUILTIN_CONTEXT[name] = builtin()
         return builtin
+
+    def path_roots(self) -> list[str]:
+        """The data directory and ``deltamq.path_roots``, from the operator's sources only
+        (this object's lookups skip every object's ``context``, which management may set)."""
+        return parse_roots(self.resolve("${" + DATA_DIR_VARIABLE + "}"),
+                           self.resolve("${" + PATH_ROOTS_VARIABLE + "}"))
 
     # -- the configuration store ----------------------------------------------------------
 

@@ -52,8 +52,9 @@ class VirtualHostNode(ConfiguredObject):
 
     type = attribute(str, default="memory", mutable=False,
                      description="Store type of the node (deltamq.stores): memory or delta")
-    store_path = attribute(str, default="${deltamq.data_dir}/${this:name}",
-                           description="Where a durable store keeps this node's data")
+    store_path = attribute(str, default="${deltamq.data_dir}/${this:name}", path=True,
+                           description="Where a durable store keeps this node's data (set"
+                                       " over management: inside the data directory)")
     virtual_host_initial_configuration = attribute(
         dict, default={}, mutable=True, expand=False,
         description="Attributes of the virtual host created when the node's store is"

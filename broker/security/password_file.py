@@ -40,8 +40,9 @@ DEFAULT_USER = (DEFAULT_ADMINISTRATOR, "guest")
 class PasswordFileAuthenticationProvider(AuthenticationProvider):
     type_name = "PasswordFile"
 
-    path = attribute(str, default="${deltamq.data_dir}/passwords",
-                     description="The password file (created with user guest/guest if missing)")
+    path = attribute(str, default="${deltamq.data_dir}/passwords", path=True,
+                     description="The password file (created with user guest/guest if missing;"
+                                 " set over management: inside the data directory)")
     allow_anonymous = attribute(bool, default=False,
                                 description="Also offer SASL ANONYMOUS")
 

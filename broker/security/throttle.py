@@ -118,9 +118,9 @@ class LoginThrottle:
         """Raise :class:`LoginThrottled` if ``source`` or ``user`` is blocked now."""
         now = self.clock()
         with self._lock:
-            for kind, table, key in (("address", self._sources, source or ""),
+            for kind, table, key in (("address", self._sources, source),
                                      ("user", self._users, user)):
-                record = table.get(key)
+                record = table.get(key) if key else None
                 if record is not None and now < record.blocked_until:
                     self.refused += 1
                     wait = record.blocked_until - now
@@ -136,7 +136,8 @@ class LoginThrottle:
         settings = self.settings
         with self._lock:
             self.failures += 1
-            self._count(self._sources, source or "", settings.max_source_failures, now)
+            if source:                          # an unknown peer is not everyone's address
+                self._count(self._sources, source, settings.max_source_failures, now)
             self._count(self._users, user, settings.max_failures, now)
 
     def succeeded(self, user: str) -> None:
