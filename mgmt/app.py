@@ -7,7 +7,8 @@ Routes:
   ``username`` and ``password``) sets the session cookie and answers the
   session's CSRF token, which every state-changing request authenticated by
   the cookie must send back in ``X-DeltaMQ-CSRF`` (:mod:`mgmt.security`);
-  ``GET /service/session`` says who is logged in (and the token again);
+  ``GET /service/session`` says who is logged in (and the token again, and
+  whether the user is an administrator);
   ``/service/logout`` ends the session;
 - ``GET /metrics``: Prometheus text (:mod:`mgmt.metrics`);
 - ``/apidocs``: the OpenAPI description (:mod:`mgmt.openapi`), with
@@ -58,6 +59,12 @@ class Management:
         self.sessions = Sessions()
         self.authenticator = Authenticator(port, self.sessions)
         self.api = RestApi(broker, self.permissions)
+
+    def administrator(self, principal: Principal) -> bool:
+        """Is ``principal`` an administrator (for the console: what to offer)?"""
+        provider = self.broker.child("AuthenticationProvider", principal.provider)
+        is_administrator = getattr(provider, "is_administrator", None)
+        return bool(is_administrator(principal)) if is_administrator is not None else False
 
     async def principal(self, request: Request[Any, Any, Any]) -> Principal:
         """Who asks; 401 without valid credentials, 403 for a request that may be forged."""
@@ -150,7 +157,8 @@ def create_app(port: ConfiguredObject, permissions: Permissions | None = None) -
         token = management.sessions.open(principal)
         session = management.sessions.session(token)
         response = Response(content={"user": principal.name,
-                                     "csrfToken": session.csrf_token if session else None},
+                                     "csrfToken": session.csrf_token if session else None,
+                                     "administrator": management.administrator(principal)},
                             media_type=MediaType.JSON)
         response.set_cookie(SESSION_COOKIE, token, httponly=True, samesite="strict", path="/")
         return response
@@ -163,7 +171,8 @@ def create_app(port: ConfiguredObject, permissions: Permissions | None = None) -
         found = await management.identify(request)
         session = found.session
         return Response(content={"user": found.principal.name,
-                                 "csrfToken": session.csrf_token if session else None},
+                                 "csrfToken": session.csrf_token if session else None,
+                                 "administrator": management.administrator(found.principal)},
                         media_type=MediaType.JSON, headers={"Cache-Control": "no-store"})
 
     @route("/service/logout", http_method=[HttpMethod.GET, HttpMethod.POST], status_code=200,

@@ -204,8 +204,8 @@ class ConfiguredObject:
         self._actual = proposed
         try:
             self._values = self._resolve()
-            self.validate()
             self._confine_paths(before_values)
+            self.validate()
             if "context" in changes:
                 for below in self._descendants():
                     below._confine_paths(below._values, below._resolve())
@@ -375,11 +375,11 @@ class ConfiguredObject:
         if self.parent is None:
             raise ConfigurationError(f"{self.label} has no parent to be created in")
         self._values = self._resolve()
-        self.validate()
-        if self.resolves_context:
+        if self.resolves_context:             # before validate(), which may use the paths
             check_name(str(self._values.get("name")), self.label,
                        joined_to_paths=bool(self._path_attributes()))
             self._confine_paths(None)
+        self.validate()
         self.validate_on_create()
         self.parent._attach(self)
         try:
