@@ -42,7 +42,7 @@ from broker.errors import ConfigurationError
 from broker.model import registry
 from broker.model.attributes import Attribute, DerivedAttribute, attribute, convert, \
     declared_attributes, derived, derived_attributes, to_json
-from broker.model.confinement import check_name, check_path
+from broker.model.confinement import check_apart, check_name, check_path
 from broker.model.context import environment_value, expand
 
 log = logging.getLogger(__name__)
@@ -250,6 +250,23 @@ class ConfiguredObject:
         """Where management may put path attributes (None: anywhere); asked of the root."""
         return None
 
+    def writes_to_paths(self) -> bool:
+        """Does this object keep anything at its path attributes (a memory node does not)?"""
+        return True
+
+    def places_in_use(self, *, but: ConfiguredObject) -> dict[str, str]:
+        """Every place a path attribute of this tree names (place -> which object's
+        attribute), ``but``'s left out; the root adds its own store."""
+        places: dict[str, str] = {}
+        for obj in (self, *self._descendants()):
+            if obj is but or not obj.writes_to_paths():
+                continue
+            for name in obj._path_attributes():
+                value = obj._values.get(name)
+                if value:
+                    places[str(value)] = f"{obj.label} (attribute '{name}')"
+        return places
+
     def _confine_paths(self, before: Mapping[str, Any] | None,
                        values: Mapping[str, Any] | None = None) -> None:
         """Refuse path attributes that ``values`` (default: the current ones) would move
@@ -265,6 +282,9 @@ class ConfiguredObject:
             value = now.get(name)
             if value is not None and (before is None or before.get(name) != value):
                 check_path(str(value), roots, self.label, name)
+                if self.writes_to_paths():
+                    check_apart(str(value), self.root.places_in_use(but=self), self.label,
+                                name)
 
     def _descendants(self) -> Iterator[ConfiguredObject]:
         """Every configured descendant (runtime objects, and what is below them, left out)."""

@@ -19,7 +19,10 @@ without these checks):
   sources only -- ``-D``, the environment, the configuration file's
   top-level ``context`` -- never from the ``context`` of an object, which
   management may change.  A change of some object's ``context`` that would
-  move a path attribute below it elsewhere is refused alike.
+  move a path attribute below it elsewhere is refused alike.  Nor may the
+  place be, be inside or hold one already in use (the broker's configuration
+  store, another node's store, a password file): two stores in one directory
+  would overwrite each other.
 
 Local paths are compared after resolving symbolic links and ``..`` (relative
 ones from the working directory, as the stores open them); a link inside
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 import os
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from urllib.parse import unquote, urlsplit
 
 from broker.errors import ConfigurationError
@@ -70,6 +73,23 @@ def check_path(value: str, roots: Sequence[str], label: str, attribute: str) -> 
         " in the configuration file)")
 
 
+def check_apart(value: str, taken: Mapping[str, str], label: str, attribute: str) -> None:
+    """Refuse ``value`` if it is, is inside or holds a place already in use (``taken``:
+    place -> what uses it): two stores in one directory, or a file inside a store, would
+    overwrite each other."""
+    for place, owner in taken.items():
+        if _same(value, place):
+            how = "is"
+        elif _inside(value, place):
+            how = "is inside"
+        elif _inside(place, value):
+            how = "holds"
+        else:
+            continue
+        raise ConfigurationError(f"{label}: attribute '{attribute}' is '{value}', which {how}"
+                                 f" '{place}', used by {owner}")
+
+
 def parse_roots(data_dir: str, extra: str) -> list[str]:
     """The path roots: the data directory, then the operator's ``deltamq.path_roots``."""
     roots = [data_dir] if data_dir.strip() else []
@@ -85,6 +105,12 @@ def _remote(text: str) -> bool:
 
 def _local(text: str) -> str:
     return unquote(urlsplit(text).path) if text.startswith("file://") else text
+
+
+def _same(one: str, other: str) -> bool:
+    if _remote(one) or _remote(other):
+        return one.rstrip("/") == other.rstrip("/")
+    return os.path.realpath(_local(one)) == os.path.realpath(_local(other))
 
 
 def _inside(value: str, root: str) -> bool:

@@ -138,6 +138,13 @@ class SystemConfig(ConfiguredObject):
         return parse_roots(self.resolve("${" + DATA_DIR_VARIABLE + "}"),
                            self.resolve("${" + PATH_ROOTS_VARIABLE + "}"))
 
+    def places_in_use(self, *, but: ConfiguredObject) -> dict[str, str]:
+        places = super().places_in_use(but=but)
+        where = self.store_location
+        if where is not None:
+            places[where] = f"the broker's configuration store ({STORE_PATH_VARIABLE})"
+        return places
+
     # -- the configuration store ----------------------------------------------------------
 
     @property

@@ -144,3 +144,33 @@ def test_path_checks_in_isolation(tmp_path: Path) -> None:
         with pytest.raises(ConfigurationError, match="attribute 'p'"):
             check_path(bad, roots, "L", "p")
     check_name("queue/with/slashes", "L", joined_to_paths=False)
+
+
+def test_a_place_another_object_writes_to_is_refused(system: SystemConfig, data_dir: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from broker.model import virtualhost
+
+    # memory nodes keep nothing at their storePath; pretend these do, as delta nodes
+    monkeypatch.setattr(virtualhost, "keeps_data", lambda store_class: True)
+    broker = system.broker
+    broker.create_child("VirtualHostNode", {"name": "one", "type": "memory",
+                                            "storePath": str(data_dir / "stores" / "one")})
+    for taken, how in ((data_dir / "stores" / "one", "is"),
+                       (data_dir / "stores" / "one" / "journal", "is inside"),
+                       (data_dir / "stores", "holds"), (data_dir / "passwords", "is")):
+        with pytest.raises(ConfigurationError, match=f"which {how} '.*', used by"):
+            broker.create_child("VirtualHostNode", {"name": "two", "type": "memory",
+                                                    "storePath": str(taken)})
+    provider = broker.child("AuthenticationProvider", "passwordFile")
+    assert provider is not None
+    with pytest.raises(ConfigurationError, match="used by VirtualHostNode 'one'"):
+        provider.set_attributes({"path": str(data_dir / "stores" / "one" / "passwords")})
+    # its own place, unchanged, is no clash
+    provider.set_attributes({"path": str(data_dir / "passwords"), "description": "same place"})
+
+
+def test_memory_nodes_keep_nothing_so_share_no_place(system: SystemConfig,
+                                                     data_dir: Path) -> None:
+    for name in ("a", "b"):
+        system.broker.create_child("VirtualHostNode", {"name": name, "type": "memory",
+                                                       "storePath": str(data_dir / "same")})
