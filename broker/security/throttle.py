@@ -22,6 +22,7 @@ Time comes from an injected clock: the tests drive it by hand.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -30,6 +31,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from broker.errors import AuthenticationFailed
+
+log = logging.getLogger(__name__)
 
 #: context variables (``-D``, the environment, the configuration file) and their defaults
 MAX_FAILURES_VARIABLE = "deltamq.login.max_failures"
@@ -137,8 +140,9 @@ class LoginThrottle:
         with self._lock:
             self.failures += 1
             if source:                          # an unknown peer is not everyone's address
-                self._count(self._sources, source, settings.max_source_failures, now)
-            self._count(self._users, user, settings.max_failures, now)
+                self._count(self._sources, source, settings.max_source_failures, now,
+                            f"address {source}")
+            self._count(self._users, user, settings.max_failures, now, f"user '{user}'")
 
     def succeeded(self, user: str) -> None:
         """A correct login forgets the user's failures (the source's stay counted)."""
@@ -152,7 +156,8 @@ class LoginThrottle:
             return (sum(1 for r in self._sources.values() if at < r.blocked_until),
                     sum(1 for r in self._users.values() if at < r.blocked_until))
 
-    def _count(self, table: dict[str, _Record], key: str, limit: int, now: float) -> None:
+    def _count(self, table: dict[str, _Record], key: str, limit: int, now: float,
+               who: str) -> None:
         if limit <= 0:
             return
         settings = self.settings
@@ -174,6 +179,9 @@ class LoginThrottle:
             length = min(settings.block * 2 ** record.blocks, settings.max_block)
             record.blocked_until = now + length
             record.blocks += 1
+            # once per block, not per refused attempt
+            log.warning("logins for %s are refused for %g s after %d failures within %g s",
+                        who, length, limit, settings.window)
 
     def _forget_quiet(self, table: dict[str, _Record], now: float) -> None:
         """Drop the records that no longer matter; if none, the oldest half."""

@@ -56,10 +56,13 @@ def test_a_user_is_blocked_after_max_failures_from_any_address(throttle: LoginTh
     assert (throttle.failures, throttle.refused) == (3, 2)
 
 
-def test_an_address_is_blocked_after_its_own_limit_across_users(throttle: LoginThrottle,
-                                                                clock: Clock) -> None:
+def test_an_address_is_blocked_after_its_own_limit_across_users(
+        throttle: LoginThrottle, clock: Clock, caplog: pytest.LogCaptureFixture) -> None:
     for user in ("a", "b", "c", "d", "e"):             # 5 users, one failure each
         fail(throttle, user, "10.0.0.9", 1)
+    blocked = [r.getMessage() for r in caplog.records if "refused for" in r.getMessage()]
+    assert blocked == ["logins for address 10.0.0.9 are refused for 10 s after 5 failures"
+                       " within 60 s"]
     with pytest.raises(LoginThrottled, match="address 10.0.0.9"):
         throttle.admit("f", "10.0.0.9")
     throttle.admit("f", "10.0.0.8")                    # another address: unaffected
