@@ -9,7 +9,8 @@ specialisation chosen by the ``type`` attribute) is a further subclass.
 Lifecycle, as in Broker-J:
 
 * **create** (a new object, ``parent.create_child(...)``): resolve ->
-  validate -> register with the parent -> :meth:`on_create` -> :meth:`on_open`
+  check its name and path attributes (:mod:`broker.model.confinement`: what
+  management creates stays inside the data directory) -> validate -> register with the parent -> :meth:`on_create` -> :meth:`on_open`
   -> ACTIVE; the parent's listeners then hear ``child_added`` (which is when
   the store-owning ancestor persists it).  A failure anywhere leaves nothing
   registered and raises.
