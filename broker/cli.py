@@ -4,7 +4,8 @@
 
     deltamq serve [--config FILE] [--overwrite-config] [--store-type TYPE] [--data-dir DIR]
                   [--amqp-port N] [--http-port N] [-D name=value ...] [--log-level LEVEL]
-    deltamq user add NAME [--password P] [--virtual-host VHOST ...] [--data-dir DIR | --file PATH]
+    deltamq user add NAME [--password P] [--virtual-host VHOST ...] [--admin] [--data-dir DIR | --file PATH]
+    deltamq user admin NAME [--revoke] [--data-dir DIR | --file PATH]
     deltamq user passwd NAME [--password P] [--data-dir DIR | --file PATH]
     deltamq user delete NAME [--data-dir DIR | --file PATH]
     deltamq user list [--data-dir DIR | --file PATH]
@@ -166,8 +167,18 @@ def _add_user(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     add.add_argument("--virtual-host", dest="virtual_hosts", metavar="VHOST", action="append",
                      default=[], help="a virtual host the user may open (repeatable;"
                                       " none given: all)")
+    add.add_argument("--admin", action="store_true",
+                     help="an administrator: may manage the broker itself over management"
+                          " (ports, authentication providers, virtual host nodes, users)")
     _add_file_options(add)
     add.set_defaults(run=_user_add)
+
+    admin = actions.add_parser("admin", help="make a user an administrator (or, with --revoke,"
+                                             " no longer one)")
+    admin.add_argument("name", metavar="NAME", help="the user name")
+    admin.add_argument("--revoke", action="store_true", help="take the role away")
+    _add_file_options(admin)
+    admin.set_defaults(run=_user_admin)
 
     passwd = actions.add_parser("passwd", help="change a user's password")
     passwd.add_argument("name", metavar="NAME", help="the user name")
@@ -180,7 +191,8 @@ def _add_user(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     _add_file_options(delete)
     delete.set_defaults(run=_user_delete)
 
-    listing = actions.add_parser("list", help="list users and the virtual hosts they may open")
+    listing = actions.add_parser("list", help="list users, the virtual hosts they may open and"
+                                              " the administrators")
     _add_file_options(listing)
     listing.set_defaults(run=_user_list)
 
@@ -228,8 +240,18 @@ class _UsageError(BrokerError):
 
 def _user_add(args: argparse.Namespace) -> int:
     password_file = _password_file(args)
-    password_file.add_user(args.name, _read_password(args), args.virtual_hosts)
-    print(f"user '{args.name}' added to {password_file.path}")
+    password_file.add_user(args.name, _read_password(args), args.virtual_hosts,
+                           administrator=args.admin)
+    role = " (administrator)" if args.admin else ""
+    print(f"user '{args.name}'{role} added to {password_file.path}")
+    return 0
+
+
+def _user_admin(args: argparse.Namespace) -> int:
+    password_file = _password_file(args)
+    password_file.set_administrator(args.name, not args.revoke)
+    print(f"user '{args.name}' is {'no longer' if args.revoke else 'now'} an administrator"
+          f" in {password_file.path}")
     return 0
 
 
@@ -254,7 +276,8 @@ def _user_list(args: argparse.Namespace) -> int:
         return 1
     for name, entry in sorted(password_file.load().items()):
         hosts = ", ".join(entry.virtual_hosts) if entry.virtual_hosts else "(all virtual hosts)"
-        print(f"{name}\t{hosts}")
+        role = "\tadministrator" if entry.administrator else ""
+        print(f"{name}\t{hosts}{role}")
     return 0
 
 

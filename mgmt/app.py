@@ -7,7 +7,8 @@ Routes:
   ``username`` and ``password``) sets the session cookie and answers the
   session's CSRF token, which every state-changing request authenticated by
   the cookie must send back in ``X-DeltaMQ-CSRF`` (:mod:`mgmt.security`);
-  ``GET /service/session`` says who is logged in (and the token again);
+  ``GET /service/session`` says who is logged in (and the token again, and
+  whether the user is an administrator);
   ``/service/logout`` ends the session;
 - ``GET /metrics``: Prometheus text (:mod:`mgmt.metrics`);
 - ``/apidocs``: the OpenAPI description (:mod:`mgmt.openapi`), with
@@ -20,6 +21,7 @@ Every handler runs on the broker's event loop, where the model lives.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -33,11 +35,12 @@ from broker.model.configured_object import ConfiguredObject
 from broker.model.message_views import Content
 from broker.security.principal import Principal
 from mgmt import apidocs, console, metrics, openapi
-from mgmt.errors import BAD_REQUEST, FORBIDDEN, INTERNAL, UNAUTHORIZED, ApiError
+from mgmt.errors import BAD_REQUEST, FORBIDDEN, INTERNAL, TOO_MANY_REQUESTS, UNAUTHORIZED, \
+    ApiError
 from mgmt.rest import Reply, RestApi, parse_object
 from mgmt.security import CSRF_HEADER, REALM, SESSION_COOKIE, Action, Authenticated, \
-    Authenticator, CsrfRefused, NotAuthenticated, Permissions, Sessions, \
-    VirtualHostScopedPermissions, check_csrf, check_site
+    Authenticator, CsrfRefused, LoginBlocked, NotAuthenticated, Permissions, Sessions, \
+    ManagementPermissions, check_csrf, check_site
 
 log = logging.getLogger("deltamq.mgmt")
 
@@ -52,10 +55,16 @@ class Management:
         if broker is None:
             raise ValueError(f"{port.label} is not part of a broker")
         self.broker = broker
-        self.permissions: Permissions = permissions or VirtualHostScopedPermissions()
+        self.permissions: Permissions = permissions or ManagementPermissions()
         self.sessions = Sessions()
         self.authenticator = Authenticator(port, self.sessions)
         self.api = RestApi(broker, self.permissions)
+
+    def administrator(self, principal: Principal) -> bool:
+        """Is ``principal`` an administrator (for the console: what to offer)?"""
+        provider = self.broker.child("AuthenticationProvider", principal.provider)
+        is_administrator = getattr(provider, "is_administrator", None)
+        return bool(is_administrator(principal)) if is_administrator is not None else False
 
     async def principal(self, request: Request[Any, Any, Any]) -> Principal:
         """Who asks; 401 without valid credentials, 403 for a request that may be forged."""
@@ -66,6 +75,8 @@ class Management:
             found = await self.authenticator.identify(
                 request.headers.get("authorization"), request.cookies.get(SESSION_COOKIE),
                 request.client.host if request.client else None)
+        except LoginBlocked as exc:
+            raise blocked(exc) from None
         except NotAuthenticated as exc:
             # no Basic challenge for the console's scripts: a browser would pop up its own
             # password dialog instead of letting the page show its login form
@@ -79,6 +90,12 @@ class Management:
             # the header says why to the console, which then fetches the token again
             raise ApiError(FORBIDDEN, str(exc), {CSRF_HEADER: "required"}) from None
         return found
+
+
+def blocked(exc: LoginBlocked) -> ApiError:
+    """429 for a login refused while its address or user is blocked, saying for how long."""
+    return ApiError(TOO_MANY_REQUESTS, str(exc),
+                    {"Retry-After": str(max(1, math.ceil(exc.retry_after)))})
 
 
 def _query(request: Request[Any, Any, Any]) -> dict[str, list[str]]:
@@ -140,7 +157,8 @@ def create_app(port: ConfiguredObject, permissions: Permissions | None = None) -
         token = management.sessions.open(principal)
         session = management.sessions.session(token)
         response = Response(content={"user": principal.name,
-                                     "csrfToken": session.csrf_token if session else None},
+                                     "csrfToken": session.csrf_token if session else None,
+                                     "administrator": management.administrator(principal)},
                             media_type=MediaType.JSON)
         response.set_cookie(SESSION_COOKIE, token, httponly=True, samesite="strict", path="/")
         return response
@@ -153,7 +171,8 @@ def create_app(port: ConfiguredObject, permissions: Permissions | None = None) -
         found = await management.identify(request)
         session = found.session
         return Response(content={"user": found.principal.name,
-                                 "csrfToken": session.csrf_token if session else None},
+                                 "csrfToken": session.csrf_token if session else None,
+                                 "administrator": management.administrator(found.principal)},
                         media_type=MediaType.JSON, headers={"Cache-Control": "no-store"})
 
     @route("/service/logout", http_method=[HttpMethod.GET, HttpMethod.POST], status_code=200,
@@ -224,5 +243,7 @@ async def _login_principal(management: Management, request: Request[Any, Any, An
     try:
         return await management.authenticator.check_password(
             provider, user, password, request.client.host if request.client else None)
+    except LoginBlocked as exc:
+        raise blocked(exc) from None
     except NotAuthenticated as exc:
         raise ApiError(UNAUTHORIZED, str(exc)) from None

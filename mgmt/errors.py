@@ -4,8 +4,10 @@ Bad input is never a 500: unknown objects are 404, a name that exists
 already (or an object in a state that forbids the change) 409, invalid
 attributes or parameters 422 with a message naming the attribute, malformed
 JSON or query parameters 400, missing credentials 401, refused permission
-403.  Broker errors map by their AMQP meaning; a change the store could not
-make durable (disk full, read-only) is 503 and was not made.
+403, a login refused while its source or user is blocked after failed
+logins 429 (with ``Retry-After``).  Broker errors map by their AMQP meaning;
+a change the store could not make durable (disk full, read-only) is 503 and
+was not made.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ NOT_FOUND = 404
 METHOD_NOT_ALLOWED = 405
 CONFLICT = 409
 UNPROCESSABLE = 422
+TOO_MANY_REQUESTS = 429
 INTERNAL = 500
 SERVICE_UNAVAILABLE = 503
 

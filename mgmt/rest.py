@@ -28,7 +28,7 @@ durable (the journal group of its virtual host is committed), as AMQP's
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +47,7 @@ from mgmt.errors import BAD_REQUEST, CONFLICT, FORBIDDEN, METHOD_NOT_ALLOWED, SE
     NOT_FOUND, UNPROCESSABLE, ApiError, from_broker_error
 from mgmt.representation import OPTION_NAMES, BadQuery, Representer, ViewOptions, \
     matches_filters
-from mgmt.security import Action, Permissions, VirtualHostScopedPermissions
+from mgmt.security import Action, Permissions, ManagementPermissions
 
 Query = Mapping[str, list[str]]
 
@@ -64,7 +64,7 @@ class RestApi:
     def __init__(self, broker: ConfiguredObject, permissions: Permissions | None = None,
                  representer: Representer | None = None) -> None:
         self.broker = broker
-        self.permissions: Permissions = permissions or VirtualHostScopedPermissions()
+        self.permissions: Permissions = permissions or ManagementPermissions()
         self.representer = representer or Representer()
 
     async def handle(self, method: str, raw_path: str, query: Query, body: bytes,
@@ -103,7 +103,7 @@ class RestApi:
 
     def _visible(self, principal: Principal) -> Any:
         permissions = self.permissions
-        if type(permissions) is not VirtualHostScopedPermissions:
+        if type(permissions) is not ManagementPermissions:
             def visible(obj: ConfiguredObject) -> bool:
                 return permissions.allowed(principal, Action.READ, obj, obj.category)
             return visible
@@ -151,10 +151,12 @@ class RestApi:
         return obj
 
     def _check(self, principal: Principal, action: Action, target: ConfiguredObject,
-               category: str) -> None:
-        if not self.permissions.allowed(principal, action, target, category):
+               category: str, changes: Collection[str] = ()) -> None:
+        if not self.permissions.allowed(principal, action, target, category, changes):
+            what = f"a {category} in {target.label}" if action is Action.CREATE else target.label
+            also = f" (attributes {', '.join(sorted(changes))})" if changes else ""
             raise ApiError(FORBIDDEN, f"user '{principal.name}' may not {action.name.lower()}"
-                                      f" {category if action is Action.CREATE else target.label}")
+                                      f" {what}{also}")
 
     # -- creating and updating ----------------------------------------------------------
 
@@ -216,7 +218,6 @@ class RestApi:
 
     async def update(self, obj: ConfiguredObject, data: dict[str, Any],
                      principal: Principal) -> Reply:
-        self._check(principal, Action.UPDATE, obj, obj.category)
         current = self.representer.represent(obj, ViewOptions())
         derived = derived_attributes(type(obj))
         children = {category.lower() + "s" for category in TREE.get(obj.category, ())}
@@ -227,6 +228,7 @@ class RestApi:
             if key == "id" or key in derived or key in children:
                 raise ApiError(UNPROCESSABLE, f"{obj.label}: attribute '{key}' cannot be changed")
             changes[key] = value
+        self._check(principal, Action.UPDATE, obj, obj.category, changes)
         if changes:
             obj.set_attributes(changes)
             await wait_durable([obj])

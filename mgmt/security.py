@@ -20,12 +20,22 @@ Basic credentials it has cached.
 
 What an authenticated user may do is asked of a :class:`Permissions`
 object (Broker-J's AccessControl ``authorise``), the hook the ACL issue will
-fill.  Until then :class:`VirtualHostScopedPermissions` applies: every
-authenticated user may manage, except that a user limited to some virtual
-hosts (its ``virtualHosts`` attribute) manages only inside those and may
-only read the rest of the broker.  An object's virtual host is its ancestor,
-or, for a connection and its sessions (children of a port), the virtual
-host the connection opened.
+fill.  Until then :class:`ManagementPermissions` applies, Broker-J's
+management permissions:
+
+* administrators (a User whose ``administrator`` attribute is true, see
+  :meth:`AuthenticationProvider.is_administrator`; everyone an Anonymous
+  provider lets in) may do everything;
+* other users manage what is inside the virtual hosts they may open (all,
+  or those their ``virtualHosts`` names) -- exchanges, queues, operations,
+  the connections that opened them -- but not the virtual host itself
+  (changing or deleting it);
+* they read the broker-level objects (broker, ports, providers, nodes) and
+  change none; of the users they see only themselves, and change only their
+  own password.
+
+An object's virtual host is its ancestor, or, for a connection and its
+sessions (children of a port), the virtual host the connection opened.
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ import binascii
 import enum
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Protocol, cast
 
@@ -46,6 +56,7 @@ from broker.model.authentication import AuthenticationProvider
 from broker.model.configured_object import ConfiguredObject
 from broker.model.runtime import virtual_host_of
 from broker.security.principal import Principal
+from broker.security.throttle import LoginThrottled
 
 SESSION_COOKIE = "DELTAMQ_SESSION"
 #: the request header carrying a cookie session's CSRF token
@@ -73,6 +84,14 @@ class NotAuthenticated(Exception):
     """No valid credentials (HTTP 401)."""
 
 
+class LoginBlocked(NotAuthenticated):
+    """Too many failed logins from this address or for this user (HTTP 429)."""
+
+    def __init__(self, text: str, retry_after: float) -> None:
+        super().__init__(text)
+        self.retry_after = retry_after
+
+
 class CsrfRefused(Exception):
     """A state-changing request a browser may have been tricked into sending (HTTP 403)."""
 
@@ -81,24 +100,40 @@ class Permissions(Protocol):
     """The permission check management asks before acting (to be filled by ACL rules)."""
 
     def allowed(self, principal: Principal, action: Action, target: ConfiguredObject,
-                category: str) -> bool:
+                category: str, attributes: Collection[str] = ()) -> bool:
         """May ``principal`` do ``action`` on ``target`` (for CREATE: the parent of a new
-        ``category`` object)?"""
+        ``category`` object; for UPDATE, ``attributes`` names what would change)?"""
         ...
 
 
-class VirtualHostScopedPermissions:
-    """Authenticated users may manage; users limited to virtual hosts, only those."""
+#: what users who are not administrators may change of their own User
+OWN_USER_ATTRIBUTES = frozenset({"password"})
+
+
+class ManagementPermissions:
+    """Broker-J's management permissions: administrators manage the broker, other users
+    the virtual hosts they may open (see the module docstring)."""
 
     def allowed(self, principal: Principal, action: Action, target: ConfiguredObject,
-                category: str) -> bool:
+                category: str, attributes: Collection[str] = ()) -> bool:
         provider = _provider_of(target, principal)
+        if provider is not None and provider.is_administrator(principal):
+            return True
+        if target.category == "User" or (action is Action.CREATE and category == "User"):
+            return action in (Action.READ, Action.UPDATE) and _is_own(target, principal) \
+                and (action is Action.READ or set(attributes) <= OWN_USER_ATTRIBUTES)
         vhost = virtual_host_of(target)
         if vhost is not None:
-            return provider is None or provider.may_access(principal, str(vhost.name))
-        if action is Action.READ:
-            return True
-        return not _limited(provider, principal)
+            if target is vhost and action in (Action.UPDATE, Action.DELETE):
+                return False                    # the virtual host itself is the broker's
+            return provider is not None and provider.may_access(principal, str(vhost.name))
+        return action is Action.READ
+
+
+def _is_own(target: ConfiguredObject, principal: Principal) -> bool:
+    provider = target.parent
+    return target.category == "User" and target.name == principal.name \
+        and provider is not None and provider.name == principal.provider
 
 
 def _provider_of(target: ConfiguredObject, principal: Principal) -> AuthenticationProvider | None:
@@ -107,13 +142,6 @@ def _provider_of(target: ConfiguredObject, principal: Principal) -> Authenticati
         return None
     found = broker.child("AuthenticationProvider", principal.provider)
     return cast("AuthenticationProvider | None", found)
-
-
-def _limited(provider: AuthenticationProvider | None, principal: Principal) -> bool:
-    if provider is None or principal.anonymous:
-        return False
-    user = provider.user(principal.name)
-    return user is not None and bool(user.virtual_hosts)
 
 
 @dataclass(slots=True)
@@ -233,6 +261,8 @@ class Authenticator:
 
         try:
             return await anyio.to_thread.run_sync(verify)
+        except LoginThrottled as exc:
+            raise LoginBlocked(exc.text, exc.retry_after) from None
         except AuthenticationFailed as exc:
             raise NotAuthenticated(exc.text) from None
 

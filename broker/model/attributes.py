@@ -59,6 +59,7 @@ class Attribute(Generic[T]):
         of: type | None = None,
         choices: tuple[str, ...] | None = None,
         expand: bool = True,
+        path: bool = False,
     ) -> None:
         self.kind: type = kind
         self.name: str = name or ""
@@ -72,6 +73,9 @@ class Attribute(Generic[T]):
         self.of = of
         self.choices = choices
         self.expand = expand
+        #: a file or directory (or URI) the broker writes: management keeps it inside
+        #: the data directory (:mod:`broker.model.confinement`)
+        self.path = path
 
     def __set_name__(self, owner: type, python_name: str) -> None:
         self.python_name = python_name
@@ -137,6 +141,7 @@ def attribute(
     of: type | None = None,
     choices: tuple[str, ...] | None = None,
     expand: bool = True,
+    path: bool = False,
 ) -> Attribute[T]:
     """Declare an attribute in a category's class body (see module docstring).
 
@@ -145,12 +150,14 @@ def attribute(
     type of a list; ``choices`` restricts a string; ``persist=False`` keeps the
     attribute out of the configuration store; ``expand=False`` keeps
     ``${...}`` references as text (the ``context`` attribute itself, or
-    configuration handed on to a child that resolves it in its own scope).
+    configuration handed on to a child that resolves it in its own scope);
+    ``path=True`` marks a place the broker writes to (a store, a file), which
+    management may only set inside the data directory.
     """
     return Attribute(
         kind, name=name, default=default, mandatory=mandatory, mutable=mutable,
         secure=secure, persist=persist, description=description, of=of, choices=choices,
-        expand=expand,
+        expand=expand, path=path,
     )
 
 

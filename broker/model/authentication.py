@@ -11,6 +11,13 @@ user/password pair or an anonymous peer is (:meth:`authenticate`,
 :meth:`authenticate_anonymous`, both raising
 :class:`~broker.errors.AuthenticationFailed` with RabbitMQ's wording), and
 whether that principal may open a virtual host (:meth:`may_access`).
+Management asks one more: is the principal an administrator
+(:meth:`is_administrator`)?
+
+:meth:`authenticate` asks the broker's login throttle
+(:mod:`broker.security.throttle`) before the type checks the credentials
+(:meth:`check_credentials`), and tells it how that went: AMQP and HTTP
+logins are throttled alike.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from broker.model.attributes import attribute
 from broker.model.configured_object import ConfiguredObject, State
 from broker.security.addresses import is_loopback
 from broker.security.principal import Principal
+from broker.security.throttle import LoginThrottle
 
 if TYPE_CHECKING:
     from broker.model.broker import Broker
@@ -47,6 +55,11 @@ class AuthenticationProvider(ConfiguredObject):
         description="Users who may only connect from the loopback interface"
                     " (RabbitMQ's loopback_users)")
 
+    def __init__(self, parent: ConfiguredObject | None, attributes: Mapping[str, Any],
+                 *, id: str | None = None) -> None:
+        super().__init__(parent, attributes, id=id)
+        self._own_throttle: LoginThrottle | None = None
+
     @property
     def sasl_mechanisms(self) -> list[str]:
         """Mechanisms offered to clients, most preferred first."""
@@ -58,7 +71,44 @@ class AuthenticationProvider(ConfiguredObject):
 
     def authenticate(self, username: str, password: str, remote_host: str | None,
                      *, mechanism: str = "PLAIN") -> Principal:
+        """The principal for correct credentials; AuthenticationFailed otherwise.
+
+        A blocked source or user is refused before the credentials are
+        looked at (:class:`~broker.security.throttle.LoginThrottled`).
+        """
+        throttle = self.login_throttle
+        throttle.admit(username, remote_host, mechanism)
+        try:
+            principal = self.check_credentials(username, password, remote_host,
+                                               mechanism=mechanism)
+        except AuthenticationFailed:
+            throttle.failed(username, remote_host)
+            raise
+        throttle.succeeded(username)
+        return principal
+
+    def check_credentials(self, username: str, password: str, remote_host: str | None,
+                          *, mechanism: str = "PLAIN") -> Principal:
+        """What a provider type decides: who these credentials are, else AuthenticationFailed."""
         raise refused(mechanism)
+
+    @property
+    def login_throttle(self) -> LoginThrottle:
+        """The broker's throttle (one for every provider and port), else this provider's own."""
+        broker = self.ancestor("Broker")
+        throttle = getattr(broker, "login_throttle", None)
+        if isinstance(throttle, LoginThrottle):
+            return throttle
+        if self._own_throttle is None:
+            self._own_throttle = LoginThrottle()
+        return self._own_throttle
+
+    def is_administrator(self, principal: Principal) -> bool:
+        """May ``principal`` manage the broker itself (ports, providers, nodes, users)?"""
+        if principal.anonymous or principal.provider != self.name:
+            return False
+        user = self.user(principal.name)
+        return user is not None and bool(user.administrator)
 
     def authenticate_anonymous(self, remote_host: str | None) -> Principal:
         if not self.allows_anonymous:
@@ -137,6 +187,10 @@ class User(ConfiguredObject):
     virtual_hosts = attribute(
         list, of=str, default=[],
         description="Virtual hosts this user may open; empty for all")
+    administrator = attribute(
+        bool, default=False,
+        description="May manage the broker itself: ports, authentication providers, virtual"
+                    " host nodes, users (RabbitMQ's administrator tag)")
 
     @property
     def provider(self) -> AuthenticationProvider:

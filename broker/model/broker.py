@@ -12,6 +12,8 @@ from broker.errors import ConfigurationError
 from broker.model.attributes import attribute, derived
 from broker.model.configured_object import ConfiguredObject, State
 from broker.resource_alarms import resident_memory
+from broker.security.throttle import CONTEXT_DEFAULTS as THROTTLE_DEFAULTS
+from broker.security.throttle import LoginThrottle, ThrottleSettings
 
 if TYPE_CHECKING:
     from broker.model.authentication import AuthenticationProvider
@@ -68,6 +70,8 @@ class Broker(ConfiguredObject):
         self.port_activation: PortActivation | None = None
         #: the memory and disk alarms while the broker runs (None: not served)
         self.resource_alarms: ResourceAlarms | None = None
+        #: failed logins of every provider and port (settings from context on open)
+        self.login_throttle = LoginThrottle()
 
     # -- statistics -----------------------------------------------------------------
 
@@ -132,6 +136,16 @@ class Broker(ConfiguredObject):
     def disk_alarm(self) -> bool:
         return self.resource_alarms is not None and self.resource_alarms.disk.set
 
+    @derived(int, counter=True, description="Logins refused for wrong credentials (AMQP and"
+                                            " HTTP)")
+    def login_failures(self) -> int:
+        return self.login_throttle.failures
+
+    @derived(int, counter=True, description="Logins refused unchecked because their source"
+                                            " address or user was blocked after failures")
+    def logins_throttled(self) -> int:
+        return self.login_throttle.refused
+
     def _summed_over_hosts(self, statistic: str) -> int:
         return sum(int(getattr(vhost, statistic)) for vhost in self.virtual_hosts)
 
@@ -151,6 +165,15 @@ class Broker(ConfiguredObject):
         if self.disk_free_limit < 0:
             raise ConfigurationError(f"{self.label}: 'diskFreeLimit' must not be negative"
                                      " (0 turns the disk alarm off)")
+
+    def on_open(self) -> None:
+        def variable(name: str) -> str:
+            found = self._lookup(name)          # the tree, then -D, environment, file, built-ins
+            return self.resolve(found) if found is not None else THROTTLE_DEFAULTS[name]
+        try:
+            self.login_throttle.settings = ThrottleSettings.from_context(variable)
+        except ValueError as exc:
+            raise ConfigurationError(f"{self.label}: {exc}") from None
 
     # -- listening ----------------------------------------------------------------
 

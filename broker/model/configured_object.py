@@ -9,7 +9,8 @@ specialisation chosen by the ``type`` attribute) is a further subclass.
 Lifecycle, as in Broker-J:
 
 * **create** (a new object, ``parent.create_child(...)``): resolve ->
-  validate -> register with the parent -> :meth:`on_create` -> :meth:`on_open`
+  check its name and path attributes (:mod:`broker.model.confinement`: what
+  management creates stays inside the data directory) -> validate -> register with the parent -> :meth:`on_create` -> :meth:`on_open`
   -> ACTIVE; the parent's listeners then hear ``child_added`` (which is when
   the store-owning ancestor persists it).  A failure anywhere leaves nothing
   registered and raises.
@@ -42,6 +43,7 @@ from broker.errors import ConfigurationError
 from broker.model import registry
 from broker.model.attributes import Attribute, DerivedAttribute, attribute, convert, \
     declared_attributes, derived, derived_attributes, to_json
+from broker.model.confinement import check_apart, check_name, check_path
 from broker.model.context import environment_value, expand
 
 log = logging.getLogger(__name__)
@@ -203,7 +205,11 @@ class ConfiguredObject:
         self._actual = proposed
         try:
             self._values = self._resolve()
+            self._confine_paths(before_values)
             self.validate()
+            if "context" in changes:
+                for below in self._descendants():
+                    below._confine_paths(below._values, below._resolve())
         except BaseException:
             self._actual, self._values = before_actual, before_values
             raise
@@ -234,6 +240,59 @@ class ConfiguredObject:
                 continue
             values[name] = convert(decl, raw, self.label)
         return values
+
+    # -- where management may make the broker write (broker.model.confinement) -----------
+
+    @classmethod
+    def _path_attributes(cls) -> list[str]:
+        return [name for name, decl in cls._declared.items() if decl.path]
+
+    def path_roots(self) -> list[str] | None:
+        """Where management may put path attributes (None: anywhere); asked of the root."""
+        return None
+
+    def writes_to_paths(self) -> bool:
+        """Does this object keep anything at its path attributes (a memory node does not)?"""
+        return True
+
+    def places_in_use(self, *, but: ConfiguredObject) -> dict[str, str]:
+        """Every place a path attribute of this tree names (place -> which object's
+        attribute), ``but``'s left out; the root adds its own store."""
+        places: dict[str, str] = {}
+        for obj in (self, *self._descendants()):
+            if obj is but or not obj.writes_to_paths():
+                continue
+            for name in obj._path_attributes():
+                value = obj._values.get(name)
+                if value:
+                    places[str(value)] = f"{obj.label} (attribute '{name}')"
+        return places
+
+    def _confine_paths(self, before: Mapping[str, Any] | None,
+                       values: Mapping[str, Any] | None = None) -> None:
+        """Refuse path attributes that ``values`` (default: the current ones) would move
+        outside the path roots; those unchanged since ``before`` are left alone."""
+        names = self._path_attributes()
+        if not names or not self.resolves_context:
+            return
+        roots = self.root.path_roots()
+        if roots is None:
+            return
+        now = self._values if values is None else values
+        for name in names:
+            value = now.get(name)
+            if value is not None and (before is None or before.get(name) != value):
+                check_path(str(value), roots, self.label, name)
+                if self.writes_to_paths():
+                    check_apart(str(value), self.root.places_in_use(but=self), self.label,
+                                name)
+
+    def _descendants(self) -> Iterator[ConfiguredObject]:
+        """Every configured descendant (runtime objects, and what is below them, left out)."""
+        for child in self.all_children():
+            if child.resolves_context:
+                yield child
+                yield from child._descendants()
 
     # -- context variables -----------------------------------------------------
 
@@ -337,6 +396,10 @@ class ConfiguredObject:
         if self.parent is None:
             raise ConfigurationError(f"{self.label} has no parent to be created in")
         self._values = self._resolve()
+        if self.resolves_context:             # before validate(), which may use the paths
+            check_name(str(self._values.get("name")), self.label,
+                       joined_to_paths=bool(self._path_attributes()))
+            self._confine_paths(None)
         self.validate()
         self.validate_on_create()
         self.parent._attach(self)

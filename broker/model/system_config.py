@@ -35,6 +35,7 @@ from broker.model.broker import Broker, default_memory_high_watermark
 from broker.model.config_store import ConfigurationRecord, DurableConfigurationStore, \
     MemoryConfigurationStore
 from broker.model.configured_object import ConfiguredObject
+from broker.model.confinement import DATA_DIR_VARIABLE, PATH_ROOTS_VARIABLE, parse_roots
 from broker.model.context import environment_value
 from broker.model.initial_config import DEFAULT_CONFIG_RESOURCE, REPOSITORY_CONFIG, \
     InitialConfiguration, Seeding, default_configuration_text, read_configuration, \
@@ -43,6 +44,7 @@ from broker.model.persistence import StoreBinding, recover
 from broker.model.system_store import STORE_PATH_VARIABLE, STORE_TYPE_VARIABLE
 from broker.model.virtualhost import NamespaceFactory, VirtualHostNode
 from broker.resource_alarms import DEFAULT_DISK_FREE_LIMIT
+from broker.security.throttle import CONTEXT_DEFAULTS as THROTTLE_DEFAULTS
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +54,8 @@ __all__ = ["BUILTIN_CONTEXT", "DEFAULT_CONFIG_RESOURCE", "REPOSITORY_CONFIG", "S
 
 #: the lowest-precedence context values; callables are computed when first asked
 BUILTIN_CONTEXT: dict[str, str | Callable[[], str]] = {
-    "deltamq.data_dir": "./data",
+    DATA_DIR_VARIABLE: "./data",
+    PATH_ROOTS_VARIABLE: "",
     "deltamq.amqp_port": "5672",
     "deltamq.http_port": "8080",
     "deltamq.memory_high_watermark": default_memory_high_watermark,
@@ -63,6 +66,7 @@ BUILTIN_CONTEXT: dict[str, str | Callable[[], str]] = {
     "deltamq.connection_close_timeout": "30",
     STORE_TYPE_VARIABLE: system_store.DEFAULT_STORE_TYPE,
     STORE_PATH_VARIABLE: system_store.DEFAULT_STORE_PATH,
+    **THROTTLE_DEFAULTS,
 }
 
 
@@ -134,6 +138,19 @@ class SystemConfig(ConfiguredObject):
         if callable(builtin):
             builtin = BUILTIN_CONTEXT[name] = builtin()
         return builtin
+
+    def path_roots(self) -> list[str]:
+        """The data directory and ``deltamq.path_roots``, from the operator's sources only
+        (this object's lookups skip every object's ``context``, which management may set)."""
+        return parse_roots(self.resolve("${" + DATA_DIR_VARIABLE + "}"),
+                           self.resolve("${" + PATH_ROOTS_VARIABLE + "}"))
+
+    def places_in_use(self, *, but: ConfiguredObject) -> dict[str, str]:
+        places = super().places_in_use(but=but)
+        where = self.store_location
+        if where is not None:
+            places[where] = f"the broker's configuration store ({STORE_PATH_VARIABLE})"
+        return places
 
     # -- the configuration store ----------------------------------------------------------
 

@@ -34,6 +34,7 @@ from broker.model.operations import operation
 from broker.model.persistence import StoreBinding, recover
 from broker.model.port import PortProtocol, Transport
 from broker.model.runtime import Connection, VirtualHostConnections, next_connection_name
+from broker.model.system_store import keeps_data
 
 if TYPE_CHECKING:
     from broker.messaging.namespace import Namespace
@@ -52,8 +53,9 @@ class VirtualHostNode(ConfiguredObject):
 
     type = attribute(str, default="memory", mutable=False,
                      description="Store type of the node (deltamq.stores): memory or delta")
-    store_path = attribute(str, default="${deltamq.data_dir}/${this:name}",
-                           description="Where a durable store keeps this node's data")
+    store_path = attribute(str, default="${deltamq.data_dir}/${this:name}", path=True,
+                           description="Where a durable store keeps this node's data (set"
+                                       " over management: inside the data directory)")
     virtual_host_initial_configuration = attribute(
         dict, default={}, mutable=True, expand=False,
         description="Attributes of the virtual host created when the node's store is"
@@ -82,6 +84,10 @@ class VirtualHostNode(ConfiguredObject):
         check_node_store = getattr(self.root, "check_node_store", None)
         if check_node_store is not None:
             check_node_store(self, store_class)
+
+    def writes_to_paths(self) -> bool:
+        return keeps_data(registry.load_plugin(registry.STORE_GROUP, self.type,
+                                               what="virtual host node type"))
 
     def on_open(self) -> None:
         store_class = registry.load_plugin(registry.STORE_GROUP, self.type,

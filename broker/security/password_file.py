@@ -28,19 +28,21 @@ from typing import Any
 from broker.model.attributes import attribute
 from broker.model.authentication import AuthenticationProvider, User, refused
 from broker.model.configured_object import ConfiguredObject, State
-from broker.security.passwords import PasswordFile, UserEntry, hash_password, verify_password
+from broker.security.passwords import DEFAULT_ADMINISTRATOR, PasswordFile, UserEntry, \
+    hash_password, verify_password
 from broker.security.principal import Principal
 
 log = logging.getLogger(__name__)
 
-DEFAULT_USER = ("guest", "guest")
+DEFAULT_USER = (DEFAULT_ADMINISTRATOR, "guest")
 
 
 class PasswordFileAuthenticationProvider(AuthenticationProvider):
     type_name = "PasswordFile"
 
-    path = attribute(str, default="${deltamq.data_dir}/passwords",
-                     description="The password file (created with user guest/guest if missing)")
+    path = attribute(str, default="${deltamq.data_dir}/passwords", path=True,
+                     description="The password file (created with user guest/guest if missing;"
+                                 " set over management: inside the data directory)")
     allow_anonymous = attribute(bool, default=False,
                                 description="Also offer SASL ANONYMOUS")
 
@@ -78,7 +80,8 @@ class PasswordFileAuthenticationProvider(AuthenticationProvider):
             name, password = DEFAULT_USER
             log.warning("%s: creating %s with the default user '%s'", self.label,
                         self._file.path, name)
-            self._file.save({name: UserEntry(hash_password(password))})
+            # an administrator, as RabbitMQ's guest is; it logs in from loopback only
+            self._file.save({name: UserEntry(hash_password(password), administrator=True)})
         self._load_users()
 
     def on_close(self) -> None:
@@ -86,8 +89,8 @@ class PasswordFileAuthenticationProvider(AuthenticationProvider):
 
     # -- authentication ----------------------------------------------------------------
 
-    def authenticate(self, username: str, password: str, remote_host: str | None,
-                     *, mechanism: str = "PLAIN") -> Principal:
+    def check_credentials(self, username: str, password: str, remote_host: str | None,
+                          *, mechanism: str = "PLAIN") -> Principal:
         """The principal for a correct password; AuthenticationFailed otherwise.
 
         A wrong password and an unknown user are refused alike (same text,
@@ -138,24 +141,25 @@ class PasswordFileAuthenticationProvider(AuthenticationProvider):
             existing = self.user(name)
             if existing is None:
                 user = User(self, {"name": name, "password": entry.password,
-                                   "virtualHosts": entry.virtual_hosts})
+                                   "virtualHosts": entry.virtual_hosts,
+                                   "administrator": entry.administrator})
                 self._attach(user)
                 user.open()
                 self._notify_child(user, added=True)
-            elif (existing.password, existing.virtual_hosts) != (entry.password,
-                                                                 entry.virtual_hosts):
+            elif _entry(existing) != entry:
                 existing._actual.update(password=entry.password,
-                                        virtualHosts=entry.virtual_hosts)
+                                        virtualHosts=entry.virtual_hosts,
+                                        administrator=entry.administrator)
                 existing._values = existing._resolve()
 
     def encode_password(self, password: str) -> str:
         return hash_password(password)
 
     def user_added(self, user: User) -> None:
-        self._write(user.name, UserEntry(user.password, list(user.virtual_hosts)))
+        self._write(user.name, _entry(user))
 
     def user_changed(self, user: User) -> None:
-        self._write(user.name, UserEntry(user.password, list(user.virtual_hosts)))
+        self._write(user.name, _entry(user))
 
     def user_removed(self, user: User) -> None:
         self._verified.pop(user.name, None)
@@ -170,3 +174,8 @@ class PasswordFileAuthenticationProvider(AuthenticationProvider):
             entries[name] = entry
         self.password_file.save(entries)
         self._stamp = None  # re-read at the next login: picks up others' edits too
+
+
+def _entry(user: User) -> UserEntry:
+    """How the file keeps ``user``."""
+    return UserEntry(user.password, list(user.virtual_hosts), bool(user.administrator))

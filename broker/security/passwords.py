@@ -5,8 +5,11 @@ Hashes are scrypt (RFC 7914) with a random 16-byte salt, written as
 without invalidating stored users.  Comparison is constant-time.
 
 The password file is JSON -- ``{"users": {"guest": {"password": "<hash>",
-"virtualHosts": []}}}`` -- written atomically (temporary file, fsync, rename)
-with mode 0600; it never holds a password in clear.  Both the broker's
+"virtualHosts": [], "administrator": true}}}`` -- written atomically
+(temporary file, fsync, rename) with mode 0600; it never holds a password in
+clear.  ``administrator`` marks the users who may manage the broker itself
+(:mod:`mgmt.security`); a file written before the field existed (no user has
+it) makes ``guest`` the administrator, as a new file does.  Both the broker's
 PasswordFile provider and ``deltamq user ...`` use :class:`PasswordFile`.
 """
 
@@ -33,6 +36,8 @@ SALT_BYTES = 16
 KEY_BYTES = 32
 #: refuse stored parameters that would make one verification a denial of service
 MAX_SCRYPT_MEMORY = 64 * 1024 * 1024
+#: the user a new password file holds, an administrator (who logs in from loopback only)
+DEFAULT_ADMINISTRATOR = "guest"
 
 
 def hash_password(password: str, *, n: int = SCRYPT_N, r: int = SCRYPT_R,
@@ -72,10 +77,12 @@ def _b64(data: bytes) -> str:
 
 @dataclass
 class UserEntry:
-    """One user as the file keeps it: the hash, and the virtual hosts allowed (empty: all)."""
+    """One user as the file keeps it: the hash, the virtual hosts allowed (empty: all),
+    and whether the user is an administrator."""
 
     password: str
     virtual_hosts: list[str] = field(default_factory=list)
+    administrator: bool = False
 
 
 class PasswordFile:
@@ -107,8 +114,11 @@ class PasswordFile:
         try:
             data = json.loads(text)
             users = data["users"]
-            return {str(name): UserEntry(str(entry["password"]),
-                                         [str(v) for v in entry.get("virtualHosts", [])])
+            before_roles = not any("administrator" in entry for entry in users.values())
+            return {str(name): UserEntry(
+                        str(entry["password"]), [str(v) for v in entry.get("virtualHosts", [])],
+                        _flag(entry.get("administrator", before_roles
+                                        and name == DEFAULT_ADMINISTRATOR)))
                     for name, entry in users.items()}
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
             raise ConfigurationError(f"password file {self.path} is malformed: {exc}") from None
@@ -116,7 +126,8 @@ class PasswordFile:
     def save(self, users: Mapping[str, UserEntry]) -> None:
         """Replace the file's content atomically (readable by its owner only)."""
         document = {"users": {name: {"password": entry.password,
-                                     "virtualHosts": list(entry.virtual_hosts)}
+                                     "virtualHosts": list(entry.virtual_hosts),
+                                     "administrator": entry.administrator}
                               for name, entry in sorted(users.items())}}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=".passwords-")
@@ -135,11 +146,20 @@ class PasswordFile:
 
     # -- what ``deltamq user`` does ------------------------------------------------
 
-    def add_user(self, name: str, password: str, virtual_hosts: list[str] | None = None) -> None:
+    def add_user(self, name: str, password: str, virtual_hosts: list[str] | None = None,
+                 *, administrator: bool = False) -> None:
         users = self.load()
         if name in users:
             raise ConfigurationError(f"user '{name}' already exists in {self.path}")
-        users[name] = UserEntry(hash_password(_checked(name, password)), list(virtual_hosts or []))
+        users[name] = UserEntry(hash_password(_checked(name, password)), list(virtual_hosts or []),
+                                administrator)
+        self.save(users)
+
+    def set_administrator(self, name: str, administrator: bool) -> None:
+        users = self.load()
+        if name not in users:
+            raise ConfigurationError(f"no user '{name}' in {self.path}")
+        users[name].administrator = administrator
         self.save(users)
 
     def change_password(self, name: str, password: str) -> None:
@@ -154,6 +174,12 @@ class PasswordFile:
         if users.pop(name, None) is None:
             raise ConfigurationError(f"no user '{name}' in {self.path}")
         self.save(users)
+
+
+def _flag(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"'administrator' must be true or false, not {value!r}")
+    return value
 
 
 def _checked(name: str, password: str) -> str:

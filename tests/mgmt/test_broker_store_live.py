@@ -244,7 +244,7 @@ def test_a_node_whose_store_path_is_the_broker_store_is_refused(api: Api) -> Non
     response = api.put("virtualhostnode/broker", {"type": "delta"})
     assert response.status_code == 422, response.text
     message = response.json()["errorMessage"]
-    assert "VirtualHostNode 'broker': storePath" in message
+    assert "VirtualHostNode 'broker': attribute 'storePath'" in message
     assert "the broker's configuration store" in message
     api.ok(api.get("virtualhostnode/broker"), 404)
     # a memory node keeps nothing there: the name alone is no clash

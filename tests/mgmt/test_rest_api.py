@@ -307,7 +307,9 @@ def test_session_cookie_from_login_then_logout(api: Api) -> None:
         error(browser.get("/service/session"), 401)
         error(browser.post("/service/login", json={"username": "guest", "password": "no"}), 401)
         login = browser.post("/service/login", json={"username": "guest", "password": "guest"})
-        assert login.status_code == 200 and set(login.json()) == {"user", "csrfToken"}
+        assert login.status_code == 200
+        assert set(login.json()) == {"user", "csrfToken", "administrator"}
+        assert login.json()["administrator"] is True
         assert login.json()["user"] == "guest" and len(login.json()["csrfToken"]) >= 32
         assert "httponly" in login.headers["set-cookie"].lower()
         assert browser.get("/api/latest/broker").status_code == 200

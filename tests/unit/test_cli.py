@@ -178,3 +178,20 @@ def test_file_and_data_dir_are_exclusive(capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(SystemExit):
         cli.main(["user", "list", "--file", "a", "--data-dir", "b"])
     assert "not allowed with" in capsys.readouterr().err
+
+
+def test_user_add_admin_and_the_admin_action(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    file_option = ["--file", str(tmp_path / "passwords")]
+    code, out, _ = run(["user", "add", "root", "--password", "pw", "--admin", *file_option],
+                       capsys)
+    assert code == 0 and "(administrator)" in out
+    run(["user", "add", "bob", "--password", "pw", *file_option], capsys)
+    assert run(["user", "list", *file_option], capsys)[1].splitlines() == [
+        "bob\t(all virtual hosts)", "root\t(all virtual hosts)\tadministrator"]
+    assert run(["user", "admin", "bob", *file_option], capsys)[0] == 0
+    assert run(["user", "admin", "root", "--revoke", *file_option], capsys)[0] == 0
+    users = PasswordFile(tmp_path / "passwords").load()
+    assert (users["bob"].administrator, users["root"].administrator) == (True, False)
+    code, _, err = run(["user", "admin", "nobody", *file_option], capsys)
+    assert code == 1 and "no user 'nobody'" in err

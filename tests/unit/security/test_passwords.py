@@ -89,3 +89,23 @@ def test_save_round_trip(tmp_path: Path) -> None:
     passwords.save(users)
     assert passwords.load() == users
     assert passwords.stamp() is not None
+
+
+def test_a_file_from_before_roles_makes_guest_the_administrator(tmp_path: Path) -> None:
+    path = tmp_path / "passwords"
+    old = {"users": {"guest": {"password": hash_password("guest"), "virtualHosts": []},
+                     "alice": {"password": hash_password("a"), "virtualHosts": []}}}
+    path.write_text(json.dumps(old))
+    users = PasswordFile(path).load()
+    assert (users["guest"].administrator, users["alice"].administrator) == (True, False)
+    # once written, the roles are explicit: revoking guest's sticks
+    PasswordFile(path).set_administrator("guest", False)
+    assert not PasswordFile(path).load()["guest"].administrator
+    assert json.loads(path.read_text())["users"]["alice"]["administrator"] is False
+
+
+def test_an_administrator_flag_that_is_not_a_boolean_is_malformed(tmp_path: Path) -> None:
+    path = tmp_path / "passwords"
+    path.write_text(json.dumps({"users": {"a": {"password": "x", "administrator": "yes"}}}))
+    with pytest.raises(ConfigurationError, match="malformed"):
+        PasswordFile(path).load()
