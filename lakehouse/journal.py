@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from broker.messaging.journal_figures import JournalFigures
 from broker.messaging.message import Message, MessageProperties
 from broker.protocol.amqp0_9_1.properties import CODEC
 
@@ -139,6 +140,7 @@ class DeltaMessageJournal:
         # statistics
         self.commits = 0
         self.committed_rows = 0
+        self.figures = JournalFigures()        # latency, group sizes, bytes: for management
 
     # -- lifetime ------------------------------------------------------------------
 
@@ -217,6 +219,24 @@ class DeltaMessageJournal:
                 log.exception("journal: final commit of %d rows failed", len(group.rows))
         self.table.close()
 
+    # -- figures for management (event loop) ---------------------------------------
+
+    @property
+    def pending_rows(self) -> int:
+        """Rows not yet durable: the open group's (deliveries included) and the one in flight's."""
+        group, in_flight = self._group, self._in_flight
+        return (len(group.rows) + len(group.delivered)
+                + (len(in_flight.rows) if in_flight is not None else 0))
+
+    def last_checkpoint_time(self) -> float | None:
+        """When Delta last checkpointed the table (seconds since the epoch); None: never, or remote."""
+        if not isinstance(self.path, Path):
+            return None
+        try:
+            return (self.path / "_delta_log" / "_last_checkpoint").stat().st_mtime
+        except OSError:
+            return None
+
     # -- MessageJournal (event loop) ------------------------------------------------
 
     @property
@@ -290,6 +310,7 @@ class DeltaMessageJournal:
         self._in_flight = group
         # the writer process builds the Arrow table: the loop only pickles plain values
         payload = pickle.dumps(self._plain(group.rows), protocol=pickle.HIGHEST_PROTOCOL)
+        self.figures.handed_off(len(group.rows), len(payload), time.monotonic())
         self._send(REQUEST.pack(group.number, len(payload)) + payload)
 
     def _send(self, data: bytes) -> None:
@@ -374,6 +395,7 @@ class DeltaMessageJournal:
                                                  " before the commit was confirmed"))
 
     def _committed(self, group: JournalGroup, error: BaseException | None) -> None:
+        self.figures.committed(time.monotonic(), error is None)
         self._in_flight = None
         group.done = True
         group.error = error
@@ -391,7 +413,14 @@ class DeltaMessageJournal:
 
     def _commit(self, group: JournalGroup) -> None:
         """Commit ``group`` in this process (no loop attached: start-up, shut-down, tests)."""
-        self.table.append(self._encoder.table(self._plain(group.rows)))
+        rows = self._encoder.table(self._plain(group.rows))
+        self.figures.handed_off(len(group.rows), rows.nbytes, time.monotonic())
+        try:
+            self.table.append(rows)
+        except BaseException:
+            self.figures.committed(time.monotonic(), succeeded=False)
+            raise
+        self.figures.committed(time.monotonic(), succeeded=True)
         self.commits += 1
         self.committed_rows += len(group.rows)
 

@@ -60,9 +60,9 @@ class Broker(ConfiguredObject):
 
     # -- statistics -----------------------------------------------------------------
 
-    @derived(float, statistic=True, description="Seconds since the broker started")
-    def uptime(self) -> float:
-        return round(time.monotonic() - self.started_at, 3)
+    @derived(int, statistic=True, description="Milliseconds since the broker started")
+    def uptime(self) -> int:
+        return int((time.monotonic() - self.started_at) * 1000)
 
     @derived(int, statistic=True, description="The broker's process id")
     def process_pid(self) -> int:

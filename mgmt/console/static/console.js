@@ -378,7 +378,7 @@
   async function loadBrokerSummary() {
     const broker = await get("broker");
     const s = broker.statistics || {};
-    $("broker-summary").textContent = `${broker.name} · up ${duration(s.uptime)} · `
+    $("broker-summary").textContent = `${broker.name} · up ${duration(s.uptime / 1000)} · `
       + `${count(s.connectionCount)} connection${s.connectionCount === 1 ? "" : "s"} · `
       + `in ${perSecond(s.messagesInRate)} msg/s · out ${perSecond(s.messagesOutRate)} msg/s`;
   }
@@ -518,7 +518,7 @@
         cell(c.session || "–", { numeric: true, field: "channel" }),
         cell(c.noAck ? "automatic" : "manual", { field: "ack" }),
         cell(yesNo(c.exclusive), { field: "exclusive" }),
-        cell(typeof c.createdTime === "number" ? when(c.createdTime * 1000) : "–"))));
+        cell(typeof c.createdTime === "number" ? when(c.createdTime) : "–"))));
     $("consumers-empty").hidden = consumers.length > 0;
   }
 
@@ -772,7 +772,7 @@
       cell(c.port || "–"),
       cell(c.remoteAddress || "–"),
       cell(count(stat(c, "sessionCount")), { numeric: true }),
-      cell(typeof c.createdTime === "number" ? when(c.createdTime * 1000) : "–"));
+      cell(typeof c.createdTime === "number" ? when(c.createdTime) : "–"));
       signed(row);
       row.append(element("td", { className: "actions" },
         button("Close", (event) => closeConnection(c, event.currentTarget),
