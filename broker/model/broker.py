@@ -58,6 +58,12 @@ class Broker(ConfiguredObject):
         #: binds ports while the broker runs (None: the model is not served, e.g. in tests)
         self.port_activation: PortActivation | None = None
 
+    @derived(str, description="The version of DeltaMQ running (Broker-J's productVersion)")
+    def product_version(self) -> str:
+        from broker import __version__
+
+        return __version__
+
     # -- statistics -----------------------------------------------------------------
 
     @derived(int, statistic=True, description="Milliseconds since the broker started")
