@@ -245,7 +245,9 @@
   }
 
   // Updates a table body in place, row by row (keyed), so focus and selection survive
-  // the periodic refresh.
+  // the periodic refresh.  A changed row keeps its element and the cells whose text did
+  // not change -- its buttons among them: a button replaced between a press and its
+  // release (a refresh under the pointer) would never be clicked.
   function renderRows(tbody, items, key, build) {
     const existing = new Map();
     for (const row of tbody.rows) existing.set(row.dataset.key, row);
@@ -258,7 +260,7 @@
       let row = fresh;
       if (old) {
         existing.delete(k);
-        if (old.dataset.signature === fresh.dataset.signature) {
+        if (old.dataset.signature === fresh.dataset.signature || patchRow(old, fresh)) {
           row = old;
         } else {
           old.replaceWith(fresh);
@@ -269,6 +271,21 @@
       previous = row;
     }
     for (const row of existing.values()) row.remove();
+  }
+
+  // Brings row `old` up to `fresh` cell by cell; false when their shapes differ.
+  function patchRow(old, fresh) {
+    if (old.cells.length !== fresh.cells.length) return false;
+    const freshCells = Array.from(fresh.cells);
+    Array.from(old.cells).forEach((cellNow, i) => {
+      const next = freshCells[i];
+      if (cellNow.textContent !== next.textContent || cellNow.className !== next.className) {
+        cellNow.replaceWith(next);
+      }
+    });
+    old.className = fresh.className;
+    old.dataset.signature = fresh.dataset.signature;
+    return true;
   }
 
   // A row's signature: its text, so an unchanged row is kept as it is.
