@@ -9,6 +9,11 @@
     deltamq user passwd NAME [--password P] [--data-dir DIR | --file PATH]
     deltamq user delete NAME [--data-dir DIR | --file PATH]
     deltamq user list [--data-dir DIR | --file PATH]
+    deltamq --version
+
+Other packages add commands through entry point group ``deltamq.commands``:
+``sql`` (:mod:`lakehouse.sql_command`), ``status``, ``list`` and ``purge``
+(:mod:`mgmt.ctl`, talking to a running broker over its REST API).
 
 ``serve``'s options are context variables (``--amqp-port 5673`` is
 ``-D deltamq.amqp_port=5673``); an explicit option wins over a ``-D`` of the
@@ -24,6 +29,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from broker import __version__
 from broker.errors import BrokerError
 from broker.model.context import environment_value
 from broker.model.system_store import STORE_TYPE_VARIABLE
@@ -55,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="deltamq",
         description="DeltaMQ: an AMQP broker whose durable state lives in Delta Lake.")
+    parser.add_argument("--version", action="version", version=f"deltamq {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     _add_serve(commands)
     _add_user(commands)

@@ -83,6 +83,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from broker.data_directory import inherited_descriptors
+from broker.messaging.journal_figures import JournalFigures
 from broker.messaging.message import Message, MessageProperties
 from broker.protocol.amqp0_9_1.properties import CODEC
 
@@ -183,6 +184,7 @@ class DeltaMessageJournal:
         self.committed_rows = 0
         self.failed_commits = 0
         self.sent_rows = 0                      # rows handed to the writer (committed or not)
+        self.figures = JournalFigures()        # latency, group sizes, bytes: for management
 
     # -- lifetime ------------------------------------------------------------------
 
@@ -268,6 +270,24 @@ class DeltaMessageJournal:
     def kept_rows(self) -> int:
         """Rows of failed commits waiting to be committed again (settlements)."""
         return len(self._kept)
+
+    # -- figures for management (event loop) ---------------------------------------
+
+    @property
+    def pending_rows(self) -> int:
+        """Rows not yet durable: the open group's (deliveries included) and the one in flight's."""
+        group, in_flight = self._group, self._in_flight
+        return (len(group.rows) + len(group.delivered)
+                + (len(in_flight.rows) if in_flight is not None else 0))
+
+    def last_checkpoint_time(self) -> float | None:
+        """When Delta last checkpointed the table (seconds since the epoch); None: never, or remote."""
+        if not isinstance(self.path, Path):
+            return None
+        try:
+            return (self.path / "_delta_log" / "_last_checkpoint").stat().st_mtime
+        except OSError:
+            return None
 
     # -- MessageJournal (event loop) ------------------------------------------------
 
@@ -364,6 +384,8 @@ class DeltaMessageJournal:
         # no rows: a probe (can the table's directory take a write again?)
         payload = (pickle.dumps(self._plain(attempt.rows), protocol=pickle.HIGHEST_PROTOCOL)
                    if attempt.rows else b"")
+        if attempt.rows:
+            self.figures.handed_off(len(attempt.rows), len(payload), time.monotonic())
         self._send(REQUEST.pack(attempt.number, len(payload)) + payload)
 
     def _send(self, data: bytes) -> None:
@@ -449,6 +471,8 @@ class DeltaMessageJournal:
 
     def _committed(self, group: JournalGroup, error: BaseException | None) -> None:
         """The writer answered for ``group`` (a commit, or a probe when it has no rows)."""
+        if group.rows:
+            self.figures.committed(time.monotonic(), error is None)
         self._in_flight = None
         if error is None and not group.rows:
             group.done = True                   # a probe found room: the next commit is a real one
@@ -515,7 +539,14 @@ class DeltaMessageJournal:
 
     def _commit(self, group: JournalGroup) -> None:
         """Commit ``group`` in this process (no loop attached: start-up, shut-down, tests)."""
-        self.table.append(self._encoder.table(self._plain(group.rows)))
+        rows = self._encoder.table(self._plain(group.rows))
+        self.figures.handed_off(len(group.rows), rows.nbytes, time.monotonic())
+        try:
+            self.table.append(rows)
+        except BaseException:
+            self.figures.committed(time.monotonic(), succeeded=False)
+            raise
+        self.figures.committed(time.monotonic(), succeeded=True)
         self.commits += 1
         self.committed_rows += len(group.rows)
 

@@ -13,5 +13,6 @@ imports it.  Modules:
 - :mod:`mgmt.security` -- HTTP Basic, session cookies, the permission hook;
 - :mod:`mgmt.errors` -- HTTP statuses and ``{"errorMessage": ...}``;
 - :mod:`mgmt.openapi` -- the OpenAPI description, from the model's metadata;
-- :mod:`mgmt.metrics` -- ``/metrics`` for Prometheus.
+- :mod:`mgmt.metrics` -- ``/metrics`` for Prometheus;
+- :mod:`mgmt.ctl` -- ``deltamq status|list|purge``, a client of the REST API.
 """

@@ -29,6 +29,7 @@ from litestar import Litestar, MediaType, Request, Response, get, post, route
 from litestar.enums import HttpMethod
 from litestar.exceptions import HTTPException
 from litestar.openapi import OpenAPIConfig
+from prometheus_client.registry import Collector
 
 from broker import __version__
 from broker.model.configured_object import ConfiguredObject
@@ -59,6 +60,9 @@ class Management:
         self.sessions = Sessions()
         self.authenticator = Authenticator(port, self.sessions)
         self.api = RestApi(broker, self.permissions)
+        #: figures /metrics exports beside the model's, the journals' and the process's
+        #: (a collector of failed logins, say): prometheus_client collectors
+        self.metric_collectors: list[Collector] = []
 
     def administrator(self, principal: Principal) -> bool:
         """Is ``principal`` an administrator (for the console: what to offer)?"""
@@ -193,7 +197,8 @@ def create_app(port: ConfiguredObject, permissions: Permissions | None = None) -
         def visible(obj: ConfiguredObject) -> bool:
             return management.permissions.allowed(principal, Action.READ, obj, obj.category)
 
-        return Response(content=metrics.exposition(management.broker, visible),
+        return Response(content=metrics.exposition(management.broker, visible,
+                                                   management.metric_collectors),
                         media_type=metrics.CONTENT_TYPE)
 
     app = Litestar(

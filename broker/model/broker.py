@@ -73,11 +73,17 @@ class Broker(ConfiguredObject):
         #: failed logins of every provider and port (settings from context on open)
         self.login_throttle = LoginThrottle()
 
+    @derived(str, description="The version of DeltaMQ running (Broker-J's productVersion)")
+    def product_version(self) -> str:
+        from broker import __version__
+
+        return __version__
+
     # -- statistics -----------------------------------------------------------------
 
-    @derived(float, statistic=True, description="Seconds since the broker started")
-    def uptime(self) -> float:
-        return round(time.monotonic() - self.started_at, 3)
+    @derived(int, statistic=True, description="Milliseconds since the broker started")
+    def uptime(self) -> int:
+        return int((time.monotonic() - self.started_at) * 1000)
 
     @derived(int, statistic=True, description="The broker's process id")
     def process_pid(self) -> int:

@@ -71,6 +71,7 @@ BUILTIN_PLUGINS: dict[tuple[str, str], str] = {
     ("deltamq.auth", "Anonymous"): "broker.security.anonymous:AnonymousAuthenticationProvider",
     ("deltamq.stores", "delta"): "lakehouse.config_store:DeltaConfigurationStore",
     ("deltamq.commands", "sql"): "lakehouse.sql_command:add_command",
+    ("deltamq.commands", "ctl"): "mgmt.ctl:add_commands",
     ("deltamq.ports", "AMQP"): "broker.model.port:AmqpPort",
     ("deltamq.ports", "HTTP"): "broker.model.port:HttpPort",
     ("deltamq.management", "HTTP"): "mgmt.plugin:HttpManagement",

@@ -72,9 +72,10 @@ class RuntimeObject(ConfiguredObject):
         super().__init__(parent, attributes, id=id)
         self.created_at = time.time()
 
-    @derived(float, description="When the peer opened it (seconds since the epoch)")
-    def created_time(self) -> float:
-        return self.created_at
+    @derived(int, description="When the peer opened it (milliseconds since the epoch, as"
+                              " Broker-J gives every time)")
+    def created_time(self) -> int:
+        return int(self.created_at * 1000)
 
     def unregister(self) -> None:
         """The engine reports it gone: remove it (and its descendants) from the model."""

@@ -4,7 +4,9 @@
 //   node console-check.mjs '<json config>'
 //
 // config: {url, user, password, chromium, screenshot, queue, target, exchange,
-//          connectionName, consumedQueue, consumerTag, timeoutMs}
+//          connectionName, consumedQueue, consumerTag, timeoutMs}; with mode "operations"
+//          the operator's pages instead: {tag, bidiQueue, bidiShown, bodyShown, depth,
+//          version, newUser, newPassword, newVhost, amqpPort}
 //
 // tests/mgmt/test_console_browser.py runs it.  At checkpoints the script prints
 // "@@checkpoint <json>" on stdout and waits for a line on stdin: "ok" to go on,
@@ -264,6 +266,103 @@ async function run(page) {
   await visible(page.getByRole("heading", { name: "Log in" }), "the login form after reloading");
 }
 
+// The operator's pages (config.mode "operations"): a page opened with credentials in its
+// address, the charts, node health, users, virtual hosts, ports, and names and bodies
+// with bidirectional-control characters shown as <U+...> markers.
+async function runOperations(page) {
+  const { tag, bidiQueue, bidiShown, bodyShown } = config;
+  const status = page.getByTestId("status");
+
+  step("a page opened with credentials in its address logs in through its form");
+  const address = new URL(config.url);
+  address.username = config.user;
+  address.password = config.password;
+  await page.goto(address.href);
+  await visible(page.getByRole("heading", { name: "Log in" }), "the login form");
+  await page.getByLabel("User name", { exact: true }).fill(config.user);
+  await page.getByLabel("Password", { exact: true }).fill(config.password);
+  await page.getByRole("button", { name: "Log in" }).click();
+  await expectText(page.getByTestId("user-name"), `Logged in as ${config.user}`, "the user shown");
+  await visible(page.getByRole("tab", { name: "Node health" }), "the console");
+
+  step("the message-rate and depth charts draw what the broker measures");
+  await checkpoint("traffic", {});
+  const rateChart = page.getByTestId("rate-chart");
+  await until("a published rate above 0 in the rate chart", async () => {
+    const points = Number(await rateChart.getAttribute("data-points"));
+    const last = (await rateChart.getAttribute("data-last") || "0,0").split(",").map(Number);
+    return points >= 2 && last[0] > 0 && (await rateChart.locator("polyline").count()) === 2;
+  }, 30000);
+  const depthChart = page.getByTestId("depth-chart");
+  await until(`at least ${config.depth} messages in the depth chart`, async () =>
+    Number(await depthChart.getAttribute("data-last")) >= config.depth);
+  await checkpoint("charted", {});
+  if (config.chartsScreenshot) await page.screenshot({ path: config.chartsScreenshot, fullPage: true });
+
+  step("names and bodies show bidirectional controls as markers");
+  await page.getByRole("tab", { name: "Queues" }).click();
+  const row = page.locator(`[data-testid="queue-row"][data-queue="${bidiQueue}"]`);
+  await expectText(row.locator("code"), bidiShown, "the queue's name");
+  await page.getByRole("button", { name: `Browse the messages of ${bidiShown}` }).click();
+  await expectText(page.getByTestId("browser-queue"), bidiShown, "the queue browsed");
+  await page.getByTestId("message-row").first().getByRole("button", { name: /^View the body/ }).click();
+  await expectText(page.getByTestId("message-content"), bodyShown, "the body shown");
+  const raw = await page.evaluate(() => /[\u202A-\u202E\u2066-\u2069\u200E\u200F]/.test(document.body.innerText));
+  if (raw) throw new Error("a bidirectional-control character is in the page's text");
+
+  step("node health: memory, descriptors, alarms, the journal");
+  await page.getByRole("tab", { name: "Node health" }).click();
+  const figure = (field) => page.locator(`[data-testid="node-health"] [data-field="${field}"]`);
+  await expectText(figure("version"), `DeltaMQ ${config.version}`, "the version");
+  await expectText(figure("memory"), /^[0-9.]+ MiB \(high watermark .+\)$/, "the memory");
+  await expectText(figure("descriptors"), /^[0-9,]+ open of [0-9,]+$/, "the descriptors");
+  await expectText(figure("alarms"), "none", "the alarms");
+  const journal = page.locator('[data-testid="journal-row"][data-vhost="default"]');
+  await until("journal commits shown", async () =>
+    Number((await textOf(journal.locator('[data-field="commits"]'))).replace(/,/g, "")) >= 1);
+  await expectText(journal.locator('[data-field="latency"]'), /^[0-9.]+ ms$/, "the mean commit latency");
+  await expectText(journal.locator('[data-field="pending"]'), /^[0-9,]+$/, "the pending rows");
+
+  if (config.healthScreenshot) await page.screenshot({ path: config.healthScreenshot, fullPage: true });
+
+  step("users: add one, then delete it");
+  await page.getByRole("tab", { name: "Users" }).click();
+  await visible(page.locator('[data-testid="user-row"][data-user="guest"]'), "guest");
+  await page.getByLabel("New user's name", { exact: true }).fill(config.newUser);
+  await page.getByLabel("New user's password", { exact: true }).fill(config.newPassword);
+  await page.getByRole("button", { name: "Add user" }).click();
+  await expectText(status, `User ${config.newUser} added.`, "the status after adding the user");
+  const userRow = page.locator(`[data-testid="user-row"][data-user="${config.newUser}"]`);
+  await expectText(userRow.locator('[data-field="vhosts"]'), "all", "the new user's virtual hosts");
+  await checkpoint("user-added", {});
+  await page.getByRole("button", { name: `Delete user ${config.newUser}` }).click();
+  await gone(userRow, "the deleted user's row");
+  await checkpoint("user-deleted", {});
+
+  step("virtual hosts: add one, then delete it");
+  await page.getByRole("tab", { name: "Virtual hosts" }).click();
+  await visible(page.locator('[data-testid="node-row"][data-node="default"]'), "the default node");
+  await page.getByLabel("Virtual host name", { exact: true }).fill(config.newVhost);
+  await page.getByLabel("Store", { exact: true }).selectOption("memory");
+  await page.getByRole("button", { name: "Add virtual host" }).click();
+  const nodeRow = page.locator(`[data-testid="node-row"][data-node="${config.newVhost}"]`);
+  await expectText(nodeRow.locator('[data-field="state"]'), "ACTIVE", "the new virtual host's state");
+  await until("the new virtual host in the header's choice",
+    () => page.locator("#vhost-select option").filter({ hasText: config.newVhost }).count());
+  await checkpoint("vhost-added", {});
+  await page.getByRole("button", { name: `Delete virtual host node ${config.newVhost}` }).click();
+  await gone(nodeRow, "the deleted virtual host's row");
+
+  step("ports: both listen where the broker was told");
+  await page.getByRole("tab", { name: "Ports" }).click();
+  await expectText(page.locator('[data-testid="port-row"][data-port="AMQP"] [data-field="listening"]'),
+    `*:${config.amqpPort}`, "where AMQP listens");
+  await expectText(page.locator('[data-testid="port-row"][data-port="HTTP"] [data-field="listening"]'),
+    `*:${new URL(config.url).port}`, "where HTTP listens");
+  await page.screenshot({ path: config.screenshot, fullPage: true });
+  log(`tag ${tag}`);
+}
+
 async function main() {
   let browser;
   let page;
@@ -291,7 +390,7 @@ async function main() {
       if (!reason.includes("ERR_ABORTED")) problems.push(`request failed: ${req.url()} ${reason}`);
     });
     page.on("dialog", (dialog) => { dialogs.push(dialog.message()); dialog.accept(); });
-    await run(page);
+    await (config.mode === "operations" ? runOperations(page) : run(page));
     if (problems.length) throw new Error(`the page reported errors: ${problems.join("; ")}`);
     result.ok = true;
   } catch (err) {

@@ -34,6 +34,7 @@ import pika
 import pika.exceptions
 import pytest
 
+from broker import __version__
 from tests.integration.conftest import DeltaMQProcess
 from tests.integration.support import BrokerEndpoint
 
@@ -166,6 +167,36 @@ def png_size(data: bytes) -> tuple[int, int]:
     return width, height
 
 
+def drive(config: dict[str, Any], checks: dict[str, Callable[[], None]]
+          ) -> tuple[dict[str, Any], list[str]]:
+    """Run the browser script to its end, running ``checks[name]`` at each checkpoint; its
+    result (which must say ok) and the checkpoints passed."""
+    script = ConsoleScript(config)
+    seen: list[str] = []
+    result: dict[str, Any] | None = None
+    try:
+        for kind, data in script.events(time.monotonic() + RUN_TIMEOUT):
+            if kind == "checkpoint":
+                name = str(data["name"])
+                try:
+                    checks[name]()
+                except BaseException as exc:
+                    script.answer(f"failed: {exc}")
+                    raise AssertionError(f"checkpoint {name}: {exc}\n{script.transcript()}") \
+                        from exc
+                seen.append(name)
+                script.answer("ok")
+            elif kind == "result":
+                result = data
+    finally:
+        returncode = script.stop()
+    assert result is not None, f"the browser script gave no result:\n{script.transcript()}"
+    assert result["ok"], (f"step {result.get('step')!r} failed: {result.get('error')}\n"
+                          f"notices: {result.get('notices')}\n{script.transcript()}")
+    assert returncode == 0, script.transcript()
+    return result, seen
+
+
 # -- without a browser: what the page is served with ------------------------------------
 
 def test_console_page_and_files_are_served_without_login(api: Api) -> None:
@@ -251,32 +282,11 @@ def test_console_in_a_real_browser(broker_process: DeltaMQProcess, amqp: BrokerE
         "connectionName": client_name, "consumedQueue": consumed, "consumerTag": consumer_tag,
         "body": body, "timeoutMs": 15000,
     }
-    script = ConsoleScript(config)
-    seen: list[str] = []
-    result: dict[str, Any] | None = None
     try:
-        for kind, data in script.events(time.monotonic() + RUN_TIMEOUT):
-            if kind == "checkpoint":
-                name = str(data["name"])
-                try:
-                    checks[name]()
-                except BaseException as exc:
-                    script.answer(f"failed: {exc}")
-                    raise AssertionError(f"checkpoint {name}: {exc}\n{script.transcript()}") \
-                        from exc
-                seen.append(name)
-                script.answer("ok")
-            elif kind == "result":
-                result = data
+        result, seen = drive(config, checks)
     finally:
-        returncode = script.stop()
         if client.is_open:
             client.close()
-
-    assert result is not None, f"the browser script gave no result:\n{script.transcript()}"
-    assert result["ok"], (f"step {result.get('step')!r} failed: {result.get('error')}\n"
-                          f"notices: {result.get('notices')}\n{script.transcript()}")
-    assert returncode == 0, script.transcript()
     assert seen == ["published", "moved", "deleted", "closed"], seen
     assert closed_with == [320]
     assert result["problems"] == []
@@ -301,3 +311,92 @@ def test_console_in_a_real_browser(broker_process: DeltaMQProcess, amqp: BrokerE
 def _expect(actual: object, expected: object, what: str) -> None:
     if actual != expected:
         raise AssertionError(f"{what}: {actual!r}, expected {expected!r}")
+
+
+@pytest.mark.slow
+def test_console_operator_pages_in_a_real_browser(broker_process: DeltaMQProcess,
+                                                  amqp: BrokerEndpoint, tmp_path: Path) -> None:
+    """Credentials in the address, charts, node health, users, virtual hosts, ports, and
+    bidirectional-control characters shown as markers."""
+    require_browser_tools()
+    tag = uuid.uuid4().hex[:10]
+    bidi_queue = f"ops.\u202eevil.{tag}"
+    body = "amount: \u2066100\u2069 \u200fEUR"
+    new_user, new_password, new_vhost = f"ops-user-{tag}", f"pw-{tag}", f"ops-vhost-{tag}"
+    with amqp.pika() as connection:
+        channel = connection.channel()
+        channel.queue_declare(bidi_queue, durable=True)
+        channel.confirm_delivery()
+        for _ in range(3):
+            channel.basic_publish("", bidi_queue, body.encode(),
+                                  pika.BasicProperties(delivery_mode=2, content_type="text/plain"))
+    publishing = threading.Event()
+
+    def publish_steadily() -> None:
+        """Messages at a steady pace while the page waits for its rate chart to rise."""
+        with amqp.pika() as connection:
+            channel = connection.channel()
+            queue_name = channel.queue_declare("", exclusive=True).method.queue
+            while publishing.is_set():
+                channel.basic_publish("", queue_name, b"tick")
+                connection.sleep(0.05)
+
+    publisher = threading.Thread(target=publish_steadily, daemon=True)
+
+    def start_traffic() -> None:
+        publishing.set()
+        publisher.start()
+
+    def stop_traffic() -> None:
+        publishing.clear()
+        publisher.join(10)
+
+    def user_can_log_in() -> None:
+        with amqp.pika(credentials=pika.PlainCredentials(new_user, new_password)) as connection:
+            assert connection.is_open
+
+    def user_cannot_log_in() -> None:
+        with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+            amqp.pika(credentials=pika.PlainCredentials(new_user, new_password))
+
+    def vhost_opens() -> None:
+        with amqp.pika(virtual_host=new_vhost) as connection:
+            connection.channel().queue_declare("in-the-new-vhost")
+
+    checks: dict[str, Callable[[], None]] = {
+        "traffic": start_traffic, "charted": stop_traffic, "user-added": user_can_log_in,
+        "user-deleted": user_cannot_log_in, "vhost-added": vhost_opens,
+    }
+    shown = {"\u202e": "<U+202E>", "\u2066": "<U+2066>", "\u2069": "<U+2069>", "\u200f": "<U+200F>"}
+
+    def visible(text: str) -> str:
+        for control, marker in shown.items():
+            text = text.replace(control, marker)
+        return text
+
+    config = {
+        "mode": "operations", "url": f"http://127.0.0.1:{broker_process.http_port}",
+        "user": amqp.user, "password": amqp.password, "chromium": chromium_path(),
+        "screenshot": str(tmp_path / "operations.png"),
+        "chartsScreenshot": str(tmp_path / "charts.png"),
+        "healthScreenshot": str(tmp_path / "health.png"),
+        "failureScreenshot": str(tmp_path / "failure.png"), "timeoutMs": 15000,
+        "tag": tag, "bidiQueue": bidi_queue, "bidiShown": visible(bidi_queue),
+        "bodyShown": visible(body), "depth": 3, "version": __version__,
+        "newUser": new_user, "newPassword": new_password, "newVhost": new_vhost,
+        "amqpPort": broker_process.amqp_port,
+    }
+    try:
+        result, seen = drive(config, checks)
+    finally:
+        if publishing.is_set():
+            stop_traffic()
+        with amqp.pika() as connection:
+            connection.channel().queue_delete(bidi_queue)
+    assert seen == ["traffic", "charted", "user-added", "user-deleted", "vhost-added"], seen
+    assert result["problems"] == []
+    assert [d.split(" ")[:2] for d in result["dialogs"]] == [["Delete", "user"],
+                                                             ["Delete", "virtual"]]
+    for name in ("operations.png", "charts.png", "health.png"):
+        width, _ = png_size((tmp_path / name).read_bytes())
+        assert width == 1280

@@ -8,7 +8,19 @@
 // cookie, but cannot read the token).  Requests say "X-Requested-With:
 // XMLHttpRequest" so that a 401 comes back without a Basic challenge (no browser
 // password pop-up): the console shows its own login form instead.  Everything the
-// API returns is put in the page as text (textContent), never as HTML.
+// API returns is put in the page as text (textContent), never as HTML, with
+// bidirectional-control characters shown as <U+202E>-style markers, so that a
+// name cannot reorder what is shown around it.
+//
+// Requests go to location.origin, never to a URL relative to the page's: a page opened
+// with credentials in its address (user:password@host:8080) keeps them in the base URL
+// that relative URLs resolve against, and fetch() refuses a URL that carries credentials
+// ("Request cannot be constructed from a URL that includes credentials").  Scripts
+// cannot read those credentials (location.href leaves them out), so the console shows
+// its login form as for any other address.
+//
+// console-pages.js adds the node health, users, virtual hosts and ports pages and the
+// charts, through window.DeltaMQConsole (below).
 "use strict";
 
 (() => {
@@ -38,6 +50,19 @@
 
   const $ = (id) => document.getElementById(id);
 
+  // Bidirectional controls (LRE, RLE, PDF, LRO, RLO; LRI, RLI, FSI, PDI; LRM, RLM) made
+  // visible: "<U+202E>" in place of the character itself.
+  const BIDI_CONTROLS = /[\u202A-\u202E\u2066-\u2069\u200E\u200F]/g;
+
+  function visibleControls(text) {
+    return String(text).replace(BIDI_CONTROLS,
+      (c) => `<U+${c.codePointAt(0).toString(16).toUpperCase().padStart(4, "0")}>`);
+  }
+
+  function show(el, text) {
+    el.textContent = visibleControls(text);
+  }
+
   // -- talking to the API --------------------------------------------------------------
 
   class ApiError extends Error {
@@ -65,7 +90,8 @@
       init.body = JSON.stringify(body);
     }
     try {
-      return await fetch(path.startsWith("/") ? path : `${API}/${path}`, init);
+      const url = new URL(path.startsWith("/") ? path : `${API}/${path}`, window.location.origin);
+      return await fetch(url, init);
     } catch (err) {
       throw new ApiError(0, `The broker cannot be reached (${err.message}).`);
     }
@@ -111,14 +137,14 @@
 
   function showError(message) {
     const box = $("error");
-    box.textContent = message;
+    show(box, message);
     box.hidden = false;
     $("status").hidden = true;
   }
 
   function showStatus(message) {
     const box = $("status");
-    box.textContent = message;
+    show(box, message);
     box.hidden = false;
     $("error").hidden = true;
   }
@@ -194,10 +220,11 @@
     const el = document.createElement(tag);
     for (const [key, value] of Object.entries(attributes)) {
       if (value === undefined || value === null || value === false) continue;
-      if (key === "text") el.textContent = value;
+      if (key === "text") show(el, value);
       else if (key === "className") el.className = value;
       else if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
       else if (key === "dataset") Object.assign(el.dataset, value);
+      else if (key === "aria-label") el.setAttribute(key, visibleControls(value));
       else el.setAttribute(key, value === true ? "" : value);
     }
     for (const child of children) {
@@ -218,7 +245,9 @@
   }
 
   // Updates a table body in place, row by row (keyed), so focus and selection survive
-  // the periodic refresh.
+  // the periodic refresh.  A changed row keeps its element and the cells whose text did
+  // not change -- its buttons among them: a button replaced between a press and its
+  // release (a refresh under the pointer) would never be clicked.
   function renderRows(tbody, items, key, build) {
     const existing = new Map();
     for (const row of tbody.rows) existing.set(row.dataset.key, row);
@@ -231,7 +260,7 @@
       let row = fresh;
       if (old) {
         existing.delete(k);
-        if (old.dataset.signature === fresh.dataset.signature) {
+        if (old.dataset.signature === fresh.dataset.signature || patchRow(old, fresh)) {
           row = old;
         } else {
           old.replaceWith(fresh);
@@ -242,6 +271,21 @@
       previous = row;
     }
     for (const row of existing.values()) row.remove();
+  }
+
+  // Brings row `old` up to `fresh` cell by cell; false when their shapes differ.
+  function patchRow(old, fresh) {
+    if (old.cells.length !== fresh.cells.length) return false;
+    const freshCells = Array.from(fresh.cells);
+    Array.from(old.cells).forEach((cellNow, i) => {
+      const next = freshCells[i];
+      if (cellNow.textContent !== next.textContent || cellNow.className !== next.className) {
+        cellNow.replaceWith(next);
+      }
+    });
+    old.className = fresh.className;
+    old.dataset.signature = fresh.dataset.signature;
+    return true;
   }
 
   // A row's signature: its text, so an unchanged row is kept as it is.
@@ -267,7 +311,7 @@
     $("broker-summary").textContent = "";
     clearNotices();
     const error = $("login-error");
-    error.textContent = message || "";
+    show(error, message || "");
     error.hidden = !message;
     $("login-username").focus();
   }
@@ -277,7 +321,7 @@
     $("login").hidden = true;
     $("console").hidden = false;
     $("session").hidden = false;
-    $("user-name").textContent = state.user ? `Logged in as ${state.user}` : "";
+    show($("user-name"), state.user ? `Logged in as ${state.user}` : "");
     await loadVirtualHosts();
     selectTab(state.tab);
     startTimer();
@@ -299,7 +343,7 @@
       $("login-password").value = "";
       await showConsole();
     } catch (err) {
-      error.textContent = err.status === 401 ? `Login failed: ${err.message}` : err.message;
+      show(error, err.status === 401 ? `Login failed: ${err.message}` : err.message);
       error.hidden = false;
     } finally {
       submit.disabled = false;
@@ -378,9 +422,10 @@
   async function loadBrokerSummary() {
     const broker = await get("broker");
     const s = broker.statistics || {};
-    $("broker-summary").textContent = `${broker.name} · up ${duration(s.uptime)} · `
+    show($("broker-summary"), `${broker.name} · up ${duration(s.uptime / 1000)} · `
       + `${count(s.connectionCount)} connection${s.connectionCount === 1 ? "" : "s"} · `
-      + `in ${perSecond(s.messagesInRate)} msg/s · out ${perSecond(s.messagesOutRate)} msg/s`;
+      + `in ${perSecond(s.messagesInRate)} msg/s · out ${perSecond(s.messagesOutRate)} msg/s`);
+    for (const observe of SUMMARY_OBSERVERS) await observe(broker);
   }
 
   // -- queues --------------------------------------------------------------------------
@@ -457,12 +502,16 @@
 
   async function deleteQueue(name, trigger) {
     if (!addressable(name, "queue")) return;
-    if (!window.confirm(`Delete queue ${name} and every message in it?`)) return;
+    if (!ask(`Delete queue ${name} and every message in it?`)) return;
     await act(trigger, async () => {
       await request("DELETE", `queue/${vhostPath()}/${enc(name)}`);
       showStatus(`Queue ${name} deleted.`);
       await loadQueues();
     });
+  }
+
+  function ask(question) {
+    return window.confirm(visibleControls(question));
   }
 
   function parseJsonObject(text, what) {
@@ -488,8 +537,8 @@
     if (!addressable(name, "queue")) return;
     const other = state.browsing !== name;
     state.browsing = name;
-    $("browser-queue").textContent = name;
-    $("consumers-queue").textContent = name;
+    show($("browser-queue"), name);
+    show($("consumers-queue"), name);
     if (other) $("consumers-table").tBodies[0].replaceChildren();
     $("browser").hidden = false;
     $("message-content").hidden = true;
@@ -518,7 +567,7 @@
         cell(c.session || "–", { numeric: true, field: "channel" }),
         cell(c.noAck ? "automatic" : "manual", { field: "ack" }),
         cell(yesNo(c.exclusive), { field: "exclusive" }),
-        cell(typeof c.createdTime === "number" ? when(c.createdTime * 1000) : "–"))));
+        cell(typeof c.createdTime === "number" ? when(c.createdTime) : "–"))));
     $("consumers-empty").hidden = consumers.length > 0;
   }
 
@@ -552,8 +601,8 @@
     const type = response.headers.get("content-type") || "";
     const data = new Uint8Array(await response.arrayBuffer());
     $("content-id").textContent = String(id);
-    $("content-type").textContent = type ? `(${type})` : "";
-    $("content-body").textContent = describeBody(data, type);
+    show($("content-type"), type ? `(${type})` : "");
+    show($("content-body"), describeBody(data, type));
     $("message-content").hidden = false;
   }
 
@@ -605,7 +654,7 @@
   async function deleteMessages(event) {
     const ids = selectedMessageIds();
     if (!ids.length) { showError("Select the messages to delete."); return; }
-    if (!window.confirm(`Delete ${ids.length} message${ids.length === 1 ? "" : "s"} from ${state.browsing}?`)) return;
+    if (!ask(`Delete ${ids.length} message${ids.length === 1 ? "" : "s"} from ${state.browsing}?`)) return;
     await act(event.currentTarget, async () => {
       const deleted = await post(`${queuePath(state.browsing)}/deleteMessages`, { messageIds: ids });
       const n = Array.isArray(deleted) ? deleted.length : deleted;
@@ -617,7 +666,7 @@
   }
 
   async function clearQueue(event) {
-    if (!window.confirm(`Remove every ready message from ${state.browsing}?`)) return;
+    if (!ask(`Remove every ready message from ${state.browsing}?`)) return;
     await act(event.currentTarget, async () => {
       const n = await post(`${queuePath(state.browsing)}/clearQueue`);
       showStatus(`Removed ${n} message${n === 1 ? "" : "s"} from ${state.browsing}.`);
@@ -690,7 +739,7 @@
 
   async function deleteExchange(name, trigger) {
     if (!addressable(name, "exchange")) return;
-    if (!window.confirm(`Delete exchange ${name} and its bindings?`)) return;
+    if (!ask(`Delete exchange ${name} and its bindings?`)) return;
     await act(trigger, async () => {
       await request("DELETE", `exchange/${vhostPath()}/${enc(name)}`);
       showStatus(`Exchange ${name} deleted.`);
@@ -772,7 +821,7 @@
       cell(c.port || "–"),
       cell(c.remoteAddress || "–"),
       cell(count(stat(c, "sessionCount")), { numeric: true }),
-      cell(typeof c.createdTime === "number" ? when(c.createdTime * 1000) : "–"));
+      cell(typeof c.createdTime === "number" ? when(c.createdTime) : "–"));
       signed(row);
       row.append(element("td", { className: "actions" },
         button("Close", (event) => closeConnection(c, event.currentTarget),
@@ -785,7 +834,7 @@
   async function closeConnection(connection, trigger) {
     if (!addressable(connection.name, "connection")) return;
     const who = connection.clientId ? `${connection.name} (${connection.clientId})` : connection.name;
-    if (!window.confirm(`Close connection ${who}? The client is told 320 CONNECTION_FORCED.`)) return;
+    if (!ask(`Close connection ${who}? The client is told 320 CONNECTION_FORCED.`)) return;
     await act(trigger, async () => {
       await request("DELETE", connectionPath(connection));
       showStatus(`Connection ${connection.name} closed.`);
@@ -794,6 +843,9 @@
   }
 
   // -- tabs and refreshing -----------------------------------------------------------------
+
+  // what runs at every refresh, whichever tab is shown, with the broker's representation
+  const SUMMARY_OBSERVERS = [];
 
   const TAB_LOADERS = {
     overview: [loadVirtualHosts],
@@ -908,6 +960,15 @@
       showLogin(err instanceof ApiError && err.status === 401 ? "" : err.message);
     }
   }
+
+  // for console-pages.js: the helpers its pages are built with, and where to plug them in
+  window.DeltaMQConsole = {
+    state, $, get, post, request, act, ask, showStatus, showError, element, cell, button,
+    renderRows, signed, fillSelect, count, perSecond, bytes, duration, when, yesNo, stat,
+    visibleControls, show, enc, loadVirtualHosts,
+    addTab(name, loaders) { TAB_LOADERS[name] = loaders; },
+    onSummary(observe) { SUMMARY_OBSERVERS.push(observe); },
+  };
 
   document.addEventListener("DOMContentLoaded", start);
 })();
