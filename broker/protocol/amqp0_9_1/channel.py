@@ -759,10 +759,12 @@ class Channel:
             # client asked after the commit is answered by the channel's close.
             for entry in settled:
                 entry.queue.reinstate(entry)
-            if not connection.is_open or connection.channels.get(self.number) is not self:
+            if not connection.is_open:
                 self._replies.discard()
             elif self.closing:                   # a close already asked for: its close-ok may go
                 self._replies.fill(place, [], 0)
+            elif connection.channels.get(self.number) is not self:
+                self._replies.discard()
             else:
                 self._replies.discard()
                 self.soft_error(errors.StoreFailed(
