@@ -295,6 +295,11 @@ class Queue:
         """Messages accepted but waiting for the journal before they join the queue."""
         return len(self._arriving)
 
+    @property
+    def held_until(self) -> Durability | None:
+        """The journal group after whose commit every message held now has joined (or not)."""
+        return self._awaited if self._arriving else None
+
     def hold(self, message: Message, durability: Durability | None) -> None:
         """Let ``message`` join the queue once ``durability`` is done (dropped if its commit failed)."""
         self._arriving.append((message, durability))

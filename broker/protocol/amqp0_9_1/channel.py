@@ -470,6 +470,20 @@ class Channel:
 
     def _basic_get(self, method: m.BasicGet) -> None:
         queue = self._queue(method.queue)
+        held = None if queue.message_count else queue.held_until
+        if held is not None:
+            # what was published before is on its way to disk: answer once it has arrived
+            # (as RabbitMQ, where a get right after a publish finds the message)
+            held.when_durable(lambda: self._get_now(method, queue))
+            return
+        self._get(method, queue)
+
+    def _get_now(self, method: m.BasicGet, queue: Queue) -> None:
+        if self.closing or self.connection.channels.get(self.number) is not self:
+            return
+        self._get(method, queue)
+
+    def _get(self, method: m.BasicGet, queue: Queue) -> None:
         entry = queue.get()
         if entry is None:
             self.reply(m.BasicGetEmpty())

@@ -304,3 +304,20 @@ def test_a_mandatory_publish_whose_commit_fails_is_nacked_not_returned(
     journal.complete(OSError("[Errno 30] Read-only file system"))
     # it was routed: no basic.return (spec 1.8: only unroutable messages come back), just the nack
     assert [type(obj) for _ch, obj in client.take()] == [m.BasicNack]
+
+
+def test_a_get_right_after_a_publish_waits_for_the_message(client: Client, journal: RecordingJournal) -> None:
+    client.publish(1, "", "durable", b"just published", PERSISTENT)
+    client.open_channel(2)
+    client.send(2, m.BasicGet(queue="durable", no_ack=True))
+    assert client.take() == []                       # held: answered once the journal decided
+    journal.complete()
+    assert client.expect(Delivery, 2).body == b"just published"
+
+
+def test_a_get_waiting_for_a_failed_publish_finds_the_queue_empty(
+        client: Client, journal: RecordingJournal) -> None:
+    client.publish(1, "", "durable", b"never", PERSISTENT)
+    client.send(1, m.BasicGet(queue="durable", no_ack=True))
+    journal.complete(OSError("disk full"))
+    client.expect(m.BasicGetEmpty, 1)
