@@ -287,7 +287,8 @@ class AmqpProtocol(asyncio.Protocol):
         timeout = self.registry.limits.closing_timeout(self.engine.heartbeat)
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = self._loop.call_later(timeout, self.transport.close)
+        # long after close-ok: a client that neither closes nor reads is not waited for
+        self._timer = self._loop.call_later(timeout, self.transport.abort)
 
     def _tick(self) -> None:
         engine, transport = self.engine, self.transport
