@@ -255,3 +255,15 @@ def test_unknown_arguments_are_refused_when_the_vhost_says_fail(host: FakeHost, 
     client.expect(m.QueueDeclareOk, 1)
     close = client.expect(m.ChannelClose, 1)
     assert close.reply_code == 406 and "'x-unknown' for exchange 'x'" in close.reply_text
+
+
+def test_unknown_arguments_are_logged_once_per_name_when_the_vhost_says_log(
+        host: FakeHost, client: Client, caplog: pytest.LogCaptureFixture) -> None:
+    host.namespace.unknown_arguments = "LOG"
+    with caplog.at_level("WARNING", logger="broker.messaging.namespace"):
+        declare_queue(client, "q1", **{"x-no-such": 1})
+        declare_queue(client, "q2", **{"x-no-such": 1})
+        declare_exchange(client, "x", **{"x-other": 1})
+    assert kinds(client) == [m.QueueDeclareOk, m.QueueDeclareOk, m.ExchangeDeclareOk]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2 and "x-no-such" in warnings[0] and "x-other" in warnings[1]
