@@ -265,7 +265,7 @@ class ConfiguredObject:
             for name in obj._path_attributes():
                 value = obj._values.get(name)
                 if value:
-                    places[str(value)] = f"{obj.label} (attribute '{name}')"
+                    places[str(value)] = f"the {name} of {obj.label}"
         return places
 
     def _confine_paths(self, before: Mapping[str, Any] | None,

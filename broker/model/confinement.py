@@ -75,7 +75,7 @@ def check_path(value: str, roots: Sequence[str], label: str, attribute: str) -> 
 
 def check_apart(value: str, taken: Mapping[str, str], label: str, attribute: str) -> None:
     """Refuse ``value`` if it is, is inside or holds a place already in use (``taken``:
-    place -> what uses it): two stores in one directory, or a file inside a store, would
+    place -> what it is, "the storePath of VirtualHostNode 'x'"): two stores in one directory, or a file inside a store, would
     overwrite each other."""
     for place, owner in taken.items():
         if _same(value, place):
@@ -87,7 +87,7 @@ def check_apart(value: str, taken: Mapping[str, str], label: str, attribute: str
         else:
             continue
         raise ConfigurationError(f"{label}: attribute '{attribute}' is '{value}', which {how}"
-                                 f" '{place}', used by {owner}")
+                                 f" {owner} ('{place}')")
 
 
 def parse_roots(data_dir: str, extra: str) -> list[str]:

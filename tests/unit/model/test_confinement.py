@@ -158,12 +158,13 @@ def test_a_place_another_object_writes_to_is_refused(system: SystemConfig, data_
     for taken, how in ((data_dir / "stores" / "one", "is"),
                        (data_dir / "stores" / "one" / "journal", "is inside"),
                        (data_dir / "stores", "holds"), (data_dir / "passwords", "is")):
-        with pytest.raises(ConfigurationError, match=f"which {how} '.*', used by"):
+        with pytest.raises(ConfigurationError, match=f"which {how} the (storePath|path) of"):
             broker.create_child("VirtualHostNode", {"name": "two", "type": "memory",
                                                     "storePath": str(taken)})
     provider = broker.child("AuthenticationProvider", "passwordFile")
     assert provider is not None
-    with pytest.raises(ConfigurationError, match="used by VirtualHostNode 'one'"):
+    with pytest.raises(ConfigurationError, match="is inside the storePath of VirtualHostNode"
+                                                 " 'one'"):
         provider.set_attributes({"path": str(data_dir / "stores" / "one" / "passwords")})
     # its own place, unchanged, is no clash
     provider.set_attributes({"path": str(data_dir / "passwords"), "description": "same place"})
