@@ -473,21 +473,36 @@ class Channel:
         held = None if queue.message_count else queue.held_until
         if held is not None:
             # what was published before is on its way to disk: answer once it has arrived
-            # (as RabbitMQ, where a get right after a publish finds the message)
-            held.when_durable(lambda: self._get_now(method, queue))
+            # (as RabbitMQ, where a get right after a publish finds the message); what is
+            # asked after the get waits behind its answer
+            place = self._replies.reserve()
+            held.when_durable(lambda: self._get_now(method, queue, place))
             return
-        self._get(method, queue)
+        out: list[bytes] = []
+        size = self._get(method, queue, out)
+        self._replies.send(out, size)
 
-    def _get_now(self, method: m.BasicGet, queue: Queue) -> None:
-        if self.closing or self.connection.channels.get(self.number) is not self:
+    def _get_now(self, method: m.BasicGet, queue: Queue, place: Reservation) -> None:
+        connection = self.connection
+        if not connection.is_open:
+            self._replies.discard()
             return
-        self._get(method, queue)
+        out: list[bytes] = []
+        size = 0
+        if not self.closing and connection.channels.get(self.number) is self:
+            size = self._get(method, queue, out)
+        self._replies.fill(place, out, size)          # a moot get still lets a close-ok go
+        if not self._replies.holding and not self.closing:
+            self.resume_deliveries()
+            connection.run_dispatch()
 
-    def _get(self, method: m.BasicGet, queue: Queue) -> None:
+    def _get(self, method: m.BasicGet, queue: Queue, out: list[bytes]) -> int:
+        """Take a message for ``basic.get``: its get-ok frames (or get-empty) into ``out``."""
         entry = queue.get()
         if entry is None:
-            self.reply(m.BasicGetEmpty())
-            return
+            data = self.connection.encode_method(self.number, m.BasicGetEmpty())
+            out.append(data)
+            return len(data)
         tag = self._next_tag
         self._next_tag = tag + 1
         if method.no_ack:
@@ -495,11 +510,9 @@ class Channel:
         else:
             self.unacked[tag] = (entry, None)
             self.unacked_bytes += entry.message.body_size
-        out: list[bytes] = []
-        size = get_ok_frames(out, self.number, tag, entry.redelivered, entry.message, queue.message_count,
-                             self.connection.frame_max)
         self.connection.messages_sent += 1
-        self._replies.send(out, size)
+        return get_ok_frames(out, self.number, tag, entry.redelivered, entry.message, queue.message_count,
+                             self.connection.frame_max)
 
     def _basic_qos(self, method: m.BasicQos) -> None:
         if method.global_:

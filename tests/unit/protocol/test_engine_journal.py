@@ -321,3 +321,26 @@ def test_a_get_waiting_for_a_failed_publish_finds_the_queue_empty(
     client.send(1, m.BasicGet(queue="durable", no_ack=True))
     journal.complete(OSError("disk full"))
     client.expect(m.BasicGetEmpty, 1)
+
+
+def test_what_is_asked_after_a_waiting_get_is_answered_after_it(
+        client: Client, journal: RecordingJournal) -> None:
+    client.publish(1, "", "durable", b"first", PERSISTENT)
+    client.open_channel(2)
+    client.raw(client.encode(2, m.BasicGet(queue="durable", no_ack=True))
+               + client.encode(2, m.QueueDeclare(queue="durable", passive=True)))
+    assert client.take() == []                       # the declare-ok may not overtake the get
+    journal.complete()
+    out = client.take()
+    assert [type(obj.method if isinstance(obj, Delivery) else obj) for _ch, obj in out] == [
+        m.BasicGetOk, m.QueueDeclareOk]
+
+
+def test_a_close_behind_a_waiting_get_is_answered_after_it(client: Client, journal: RecordingJournal) -> None:
+    client.publish(1, "", "durable", b"first", PERSISTENT)
+    client.open_channel(2)
+    client.send(2, m.BasicGet(queue="durable", no_ack=True))
+    client.send(2, m.ChannelClose(reply_code=200, reply_text="bye"))
+    assert client.take() == []
+    journal.complete()
+    assert [type(obj) for _ch, obj in client.take()] == [m.ChannelCloseOk]
