@@ -64,14 +64,14 @@ _LOG_STORE_SOURCE = Path(__file__).with_name("jvm") / "SequentialLocalLogStore.j
 log = logging.getLogger(__name__)
 
 
-def log_store_jar(delta_jars: list[Path]) -> Path | None:
-    """The jar of :data:`LOG_STORE_CLASS`, built on first use; None without a JDK (or on failure)."""
+def log_store_jar(jars: list[Path]) -> Path | None:
+    """The jar of :data:`LOG_STORE_CLASS` (built on first use against ``jars``' delta-storage); None without a JDK."""
     try:
         source = _LOG_STORE_SOURCE.read_bytes()
     except OSError:
         log.warning("%s is missing: Spark sessions list Delta logs with Delta's own store", _LOG_STORE_SOURCE)
         return None
-    storage = next((jar for jar in delta_jars if jar.name.startswith("delta-storage-")), None)
+    storage = next((jar for jar in jars if jar.name.startswith("delta-storage-")), None)
     if storage is None:
         log.warning("no delta-storage jar: Spark sessions list Delta logs with Delta's own store")
         return None
