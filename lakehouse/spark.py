@@ -1,11 +1,9 @@
 """SparkSessions with Delta Lake configured, and views over a broker's tables.
 
 Spark runs in processes of its own, never inside the broker.  Delta Spark's
-jars are not on PyPI: the project fetches ``io.delta:delta-spark_2.13`` (the
-version of the installed ``delta-spark`` package) and its dependencies from
-Maven Central into ``~/.m2`` with ``mvn dependency:get``; Spark's Ivy resolver
-reads ``~/.m2`` first, so ``spark.jars.packages`` then resolves offline
-(as measured on our machines).
+jars are not on PyPI: :mod:`lakehouse.delta_jars` fetches the few that
+pyspark lacks once, with Maven, and sessions get them as ``spark.jars``
+(no Ivy resolution at start-up).
 
 Views registered in every session built with a data directory, over every
 virtual host node found in it (a column ``node`` tells them apart):
@@ -53,10 +51,12 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lakehouse.delta_jars import Progress, cache_dir, delta_jars, spark_jars_dir, write_stderr
+
 if TYPE_CHECKING:
+    from pyspark import SparkConf
     from pyspark.sql import DataFrame, SparkSession
 
-SCALA_VERSION = "2.13"
 #: the log store sessions use for local tables (see the module's docstring)
 LOG_STORE_CLASS = "io.deltamq.spark.SequentialLocalLogStore"
 _LOG_STORE_SOURCE = Path(__file__).with_name("jvm") / "SequentialLocalLogStore.java"
@@ -64,46 +64,26 @@ _LOG_STORE_SOURCE = Path(__file__).with_name("jvm") / "SequentialLocalLogStore.j
 log = logging.getLogger(__name__)
 
 
-def delta_artifact() -> str:
-    """The Maven coordinate of the Delta Spark jar matching the installed delta-spark."""
-    return f"io.delta:delta-spark_{SCALA_VERSION}:{version('delta-spark')}"
-
-
-def _local_jar(artifact: str) -> Path:
-    group, name, ver = artifact.split(":")
-    return Path.home() / ".m2" / "repository" / Path(*group.split(".")) / name / ver / f"{name}-{ver}.jar"
-
-
-def ensure_delta_jars() -> None:
-    """Fetch Delta Spark's jars into ~/.m2 unless they are already there."""
-    artifact = delta_artifact()
-    if _local_jar(artifact).exists():
-        return
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise RuntimeError(f"Maven (mvn) is needed once to fetch {artifact} from Maven Central")
-    subprocess.run([mvn, "-q", "-B", "dependency:get", f"-Dartifact={artifact}"], check=True, timeout=600)
-
-
-def log_store_jar() -> Path | None:
-    """The jar of :data:`LOG_STORE_CLASS`, built on first use; None without a JDK (or on failure)."""
-    import pyspark
-
+def log_store_jar(jars: list[Path]) -> Path | None:
+    """The jar of :data:`LOG_STORE_CLASS` (built on first use against ``jars``' delta-storage); None without a JDK."""
     try:
         source = _LOG_STORE_SOURCE.read_bytes()
     except OSError:
         log.warning("%s is missing: Spark sessions list Delta logs with Delta's own store", _LOG_STORE_SOURCE)
         return None
-    storage = _local_jar(f"io.delta:delta-storage:{version('delta-spark')}")
+    storage = next((jar for jar in jars if jar.name.startswith("delta-storage-")), None)
+    if storage is None:
+        log.warning("no delta-storage jar: Spark sessions list Delta logs with Delta's own store")
+        return None
     digest = hashlib.sha256(source + str(storage).encode() + version("pyspark").encode()).hexdigest()[:16]
-    jar = Path.home() / ".cache" / "deltamq" / f"deltamq-log-store-{digest}.jar"
+    jar = cache_dir() / f"deltamq-log-store-{digest}.jar"
     if jar.exists():
         return jar
     javac, jar_tool = shutil.which("javac"), shutil.which("jar")
-    if javac is None or jar_tool is None or not storage.exists():
-        log.warning("no javac/jar or no %s: Spark sessions list Delta logs with Delta's own store", storage)
+    if javac is None or jar_tool is None:
+        log.warning("no javac/jar: Spark sessions list Delta logs with Delta's own store")
         return None
-    spark_jars = Path(pyspark.__file__).parent / "jars"
+    spark_jars = spark_jars_dir()
     jar.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="deltamq-log-store-") as build:
         try:
@@ -120,48 +100,75 @@ def log_store_jar() -> Path | None:
     return jar
 
 
-def spark_session(data_dir: str | Path | None = None, *, app_name: str = "deltamq") -> SparkSession:
-    """A local SparkSession with Delta configured (and the broker's views, given a data dir)."""
-    ensure_delta_jars()
+def spark_session(data_dir: str | Path | None = None, *, app_name: str = "deltamq",
+                  jvm_log: Path | None = None, progress: Progress = write_stderr) -> SparkSession:
+    """A local SparkSession with Delta configured (and the broker's views, given a data dir).
+
+    With ``jvm_log``, the JVM's own output (its start-up warnings and Spark's
+    log4j log) goes to that file rather than this process's terminal; a
+    session already running keeps its JVM and its output.  ``progress`` gets
+    a line per jar fetched on a first use (:func:`lakehouse.delta_jars.delta_jars`).
+    """
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder
-    jar = log_store_jar()
-    if jar is not None:
-        builder = (builder.config("spark.jars", str(jar))
-                   .config("spark.delta.logStore.file.impl", LOG_STORE_CLASS))
-    spark = (builder.appName(app_name).master("local[2]")
-             .config("spark.jars.packages", delta_artifact())
-             .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-             .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-             .config("spark.sql.session.timeZone", "UTC")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "4")
-             # rebuilding a Delta snapshot after every new version (the journal gets many)
-             # is a Spark job of its own, over the checkpoint's rows (live files and the
-             # tombstones of files compacted away): one partition instead of 50, and its
-             # result cached as objects rather than serialised (measured on a journal with
-             # 6,000 tombstones: each about a quarter off a ~1.1 s query)
-             .config("spark.databricks.delta.snapshotPartitions", "1")
-             .config("spark.databricks.delta.snapshotCache.storageLevel", "MEMORY_ONLY")
-             # Delta's own plans over its log (snapshot state, data skipping) are wide: with
-             # whole-stage code generation they compile new Java classes for every new version
-             # a query sees, then the JIT compiles them again; plans this wide are evaluated
-             # without it (bench D3: ~10% off each query, ~15% less CPU), while queries over
-             # the broker's tables and views (under 40 columns, nested ones counted) keep it
-             .config("spark.sql.codegen.maxFields", "40")
-             # a local session's heap is small: the serial collector spares the two cores
-             # G1's concurrent threads (queries ~5-10% faster here)
-             .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
-             # adaptive execution re-plans every query at run time: on a local session over
-             # the broker's tables that costs more than it saves (bench D3: 1.2 s -> 1.0 s)
-             .config("spark.sql.adaptive.enabled", "false")
-             .getOrCreate())
+    conf = SparkConf(loadDefaults=False).setAll(session_settings(app_name, delta_jars(progress)))
+    if jvm_log is not None and SparkContext._active_spark_context is None:
+        _start_spark_context(conf, jvm_log)
+    spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     if data_dir is not None:
         register_views(spark, Path(data_dir))
     return spark
+
+
+def _start_spark_context(conf: SparkConf, jvm_log: Path) -> None:
+    """Start Spark's JVM with its stdout and stderr going to ``jvm_log``."""
+    from pyspark import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    jvm_log.parent.mkdir(parents=True, exist_ok=True)
+    with open(jvm_log, "wb") as output:        # the JVM keeps its own copy of the descriptor
+        # popen_kwargs is pyspark's documented way to capture the gateway JVM's output
+        gateway = launch_gateway(conf, popen_kwargs={"stdout": output, "stderr": output})
+    SparkContext(conf=conf, gateway=gateway)
+
+
+def session_settings(app_name: str, jars: list[Path]) -> list[tuple[str, str]]:
+    """The Spark settings of the sessions built here, given the Delta jars to add."""
+    settings = [("spark.app.name", app_name), ("spark.master", "local[2]")]
+    jar = log_store_jar(jars)
+    if jar is not None:
+        jars = [*jars, jar]
+        settings.append(("spark.delta.logStore.file.impl", LOG_STORE_CLASS))
+    return settings + [
+        ("spark.jars", ",".join(str(j) for j in jars)),
+        ("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension"),
+        ("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"),
+        ("spark.sql.session.timeZone", "UTC"),
+        ("spark.ui.enabled", "false"),
+        ("spark.ui.showConsoleProgress", "false"),
+        ("spark.sql.shuffle.partitions", "4"),
+        # rebuilding a Delta snapshot after every new version (the journal gets many)
+        # is a Spark job of its own, over the checkpoint's rows (live files and the
+        # tombstones of files compacted away): one partition instead of 50, and its
+        # result cached as objects rather than serialised (measured on a journal with
+        # 6,000 tombstones: each about a quarter off a ~1.1 s query)
+        ("spark.databricks.delta.snapshotPartitions", "1"),
+        ("spark.databricks.delta.snapshotCache.storageLevel", "MEMORY_ONLY"),
+        # Delta's own plans over its log (snapshot state, data skipping) are wide: with
+        # whole-stage code generation they compile new Java classes for every new version
+        # a query sees, then the JIT compiles them again; plans this wide are evaluated
+        # without it (bench D3: ~10% off each query, ~15% less CPU), while queries over
+        # the broker's tables and views (under 40 columns, nested ones counted) keep it
+        ("spark.sql.codegen.maxFields", "40"),
+        # a local session's heap is small: the serial collector spares the two cores
+        # G1's concurrent threads (queries ~5-10% faster here)
+        ("spark.driver.extraJavaOptions", "-XX:+UseSerialGC"),
+        # adaptive execution re-plans every query at run time: on a local session over
+        # the broker's tables that costs more than it saves (bench D3: 1.2 s -> 1.0 s)
+        ("spark.sql.adaptive.enabled", "false"),
+    ]
 
 
 def _tables(data_dir: Path, table: str) -> list[tuple[str, Path]]:

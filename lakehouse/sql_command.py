@@ -1,14 +1,24 @@
 """``deltamq sql``: run Spark SQL against a broker's data directory and print a table.
 
 Works whether the broker is running or not: it only reads the Delta tables.
+Standard output carries the table only; standard error one line per problem
+(or Spark's message for a query it refuses, with the query excerpt) and the
+progress of a first run's download.  What the JVM prints (Spark's log4j log,
+the JVM's warnings) goes to ``~/.cache/deltamq/spark.log``, Maven's output to
+``~/.cache/deltamq/maven.log``; no Ivy resolution runs at all.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
+
+#: pyspark's loggers that print a query's failure, in JSON, besides raising it
+_QUERY_CONTEXT_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 
 
 def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,20 +36,60 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def _run(args: argparse.Namespace) -> int:
-    from lakehouse.spark import spark_session
+    from lakehouse.delta_jars import FetchFailed, cache_dir
+    from lakehouse.prerequisites import MissingPrerequisite, require_java
 
-    spark = spark_session(args.data_dir, app_name="deltamq-sql")
+    data_dir = Path(args.data_dir)
+    if not data_dir.is_dir():
+        return _fail(f"no data directory at {data_dir} (give --data-dir DIR or set DELTAMQ_DATA_DIR)")
+    jvm_log = cache_dir() / "spark.log"
+    try:
+        require_java()
+        spark = _start_session(data_dir, jvm_log)
+    except (MissingPrerequisite, FetchFailed) as exc:
+        return _fail(str(exc))
+    except Exception as exc:                     # the JVM did not start, or died starting
+        return _fail(f"Spark did not start: {_message(exc)} (Spark's output: {jvm_log})")
     try:
         frame = spark.sql(args.query)
         columns = frame.columns
         rows = [[_text(v) for v in row] for row in frame.limit(args.limit).collect()]
     except Exception as exc:                     # Spark's AnalysisException and friends
-        print(f"deltamq sql: {type(exc).__name__}: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return 1
+        return _fail(_message(exc))
     finally:
         spark.stop()
     print(format_table(columns, rows))
     return 0
+
+
+def _start_session(data_dir: Path, jvm_log: Path) -> Any:
+    from pyspark.logger import PySparkLogger
+
+    from lakehouse.spark import spark_session
+
+    for name in _QUERY_CONTEXT_LOGGERS:           # the message is printed once, below
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+    return spark_session(data_dir, app_name="deltamq-sql", jvm_log=jvm_log,
+                         progress=lambda line: print(f"deltamq sql: {line}", file=sys.stderr, flush=True))
+
+
+def _message(exc: Exception) -> str:
+    """Spark's own text for a failure: its error class and message, with the query excerpt."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    if isinstance(exc, PySparkException):
+        text = str(exc)                          # without the JVM's stack trace (not enabled)
+    elif isinstance(exc, Py4JJavaError):
+        text = str(exc.java_exception.toString())
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return text.strip() or type(exc).__name__
+
+
+def _fail(message: str) -> int:
+    print(f"deltamq sql: {message}", file=sys.stderr)
+    return 1
 
 
 def _text(value: Any) -> str:
