@@ -96,7 +96,10 @@ def claim(location: str, *, orphan_grace: float = ORPHAN_GRACE) -> DataDirectory
     _check_writable(path)
     lock_path = path / LOCK_FILE_NAME
     try:
-        descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        # the lock is held on a read-only descriptor (flock needs no write access), so
+        # that the file system can still be remounted read-only under a running broker
+        os.close(os.open(lock_path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        descriptor = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
         raise _not_writable(path, exc) from None
     try:
@@ -107,9 +110,7 @@ def claim(location: str, *, orphan_grace: float = ORPHAN_GRACE) -> DataDirectory
             raise _not_writable(path, exc) from None
         raise DataDirectoryInUse(_holder_text(path, lock_path)) from None
     try:
-        os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
-        os.fsync(descriptor)
+        _record_pid(lock_path)
     except OSError as exc:
         os.close(descriptor)
         raise _not_writable(path, exc) from None
@@ -186,6 +187,16 @@ def _holder_text(path: Path, lock_path: Path) -> str:
         by += f", left by broker pid {recorded} which has ended"
     return (f"data directory {path} is still locked by {by} (a journal writer finishing its"
             " last commit); start again once it has ended")
+
+
+def _record_pid(lock_path: Path) -> None:
+    """Write this process's id into the lock file (only its holder does)."""
+    descriptor = os.open(lock_path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+    try:
+        os.write(descriptor, f"{os.getpid()}\n".encode())
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _recorded_pid(lock_path: Path) -> int | None:

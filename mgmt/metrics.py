@@ -79,7 +79,15 @@ NAMES: dict[tuple[str, str], Name | None] = {
     ("Broker", "bytesIn"): Name("deltamq_published_bytes"),
     ("Broker", "messagesOut"): Name("deltamq_messages_delivered"),
     ("Broker", "bytesOut"): Name("deltamq_delivered_bytes"),
-    # memory and disk alarms, when the Broker gains them as statistics, are named here
+    # the resource alarms (RabbitMQ: rabbitmq_alarms_*, rabbitmq_disk_space_available_bytes)
+    ("Broker", "memoryUsed"): Name("deltamq_memory_used_bytes"),
+    ("Broker", "residentMemorySize"): None,                           # process_resident_memory_bytes
+    ("Broker", "memoryAlarm"): Name("deltamq_alarms_memory_used_watermark"),
+    ("Broker", "diskFree"): Name("deltamq_disk_space_available_bytes"),
+    ("Broker", "diskAlarm"): Name("deltamq_alarms_free_disk_space_watermark"),
+    # failed logins (RabbitMQ: rabbitmq_auth_attempts_failed_total)
+    ("Broker", "loginFailures"): Name("deltamq_auth_attempts_failed"),
+    ("Broker", "loginsThrottled"): Name("deltamq_auth_attempts_throttled"),
     ("VirtualHost", "connectionCount"): Name("deltamq_vhost_connections"),
     ("VirtualHost", "queueCount"): Name("deltamq_vhost_queues"),
     ("VirtualHost", "exchangeCount"): Name("deltamq_vhost_exchanges"),

@@ -305,7 +305,7 @@ class Namespace:
             if requester is not None:
                 self._check_access(queue, requester)
             queue.touch()
-            return queue, queue.message_count, queue.consumer_count
+            return queue, queue.message_count + queue.held_count, queue.consumer_count
         if not name:
             name = self._server_name()
         else:
@@ -318,7 +318,7 @@ class Namespace:
                 self._locked(existing)
             self._check_queue_equivalence(existing, durable, auto_delete, arguments)
             existing.touch()
-            return existing, existing.message_count, existing.consumer_count
+            return existing, existing.message_count + existing.held_count, existing.consumer_count
         self._check_arguments("queue", name, arguments, QUEUE_ARGUMENTS)
         journal = self.journal if durable and exclusive_owner is None else None
         queue = create_queue(name, vhost=self.vhost_name, durable=durable, auto_delete=auto_delete,

@@ -217,8 +217,8 @@ def test_wrong_passwords_block_the_user_even_with_the_right_one_until_the_block_
         statistics: dict[str, Any] = admin.ok(admin.get("broker"))["statistics"]
         assert statistics["loginFailures"] >= 3 and statistics["loginsThrottled"] >= 3
         metrics = admin.get("/metrics").text
-        assert "deltamq_broker_login_failures_total" in metrics
-        assert "deltamq_broker_logins_throttled_total" in metrics
+        assert "deltamq_auth_attempts_failed_total" in metrics
+        assert "deltamq_auth_attempts_throttled_total" in metrics
     finally:
         admin.close()
 

@@ -56,18 +56,27 @@ def test_queue_figures_carry_rabbitmq_names_and_labels(system: SystemConfig) -> 
 
 def test_a_statistic_added_to_the_broker_is_exported_without_more_work(
         system: SystemConfig, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where a memory or disk alarm appears once the Broker shows it as a statistic."""
-    alarm: DerivedAttribute[bool] = DerivedAttribute(
-        bool, lambda broker: True, "Publishers are blocked: memory", name="memoryAlarm",
-        statistic=True)
-    monkeypatch.setattr(Broker, "memory_alarm", alarm, raising=False)
+    """A new Broker statistic appears under a derived name, and NAMES can rename it."""
+    fan: DerivedAttribute[bool] = DerivedAttribute(
+        bool, lambda broker: True, "The fan is on", name="fanRunning", statistic=True)
+    monkeypatch.setattr(Broker, "fan_running", fan, raising=False)
     found = families(system.broker)
-    assert found["deltamq_memory_alarm"].type == "gauge"
-    assert samples(found, "deltamq_memory_alarm") == {(): 1.0}
-    monkeypatch.setitem(metrics.NAMES, ("Broker", "memoryAlarm"),
-                        metrics.Name("deltamq_alarms_memory_used_watermark"))
+    assert found["deltamq_fan_running"].type == "gauge"
+    assert samples(found, "deltamq_fan_running") == {(): 1.0}
+    monkeypatch.setitem(metrics.NAMES, ("Broker", "fanRunning"), metrics.Name("deltamq_fan_on"))
     renamed = families(system.broker)
-    assert samples(renamed, "deltamq_alarms_memory_used_watermark") == {(): 1.0}
+    assert samples(renamed, "deltamq_fan_on") == {(): 1.0} and "deltamq_fan_running" not in renamed
+
+
+def test_the_resource_alarms_and_failed_logins_carry_rabbitmq_like_names(system: SystemConfig) -> None:
+    found = families(system.broker)
+    for name in ("deltamq_alarms_memory_used_watermark", "deltamq_alarms_free_disk_space_watermark",
+                 "deltamq_memory_used_bytes", "deltamq_disk_space_available_bytes",
+                 "deltamq_auth_attempts_failed", "deltamq_auth_attempts_throttled"):
+        assert name in found, name
+    assert samples(found, "deltamq_alarms_memory_used_watermark") == {(): 0.0}
+    assert found["deltamq_auth_attempts_failed"].type == "counter"
+    assert "deltamq_memory_alarm" not in found and "deltamq_resident_memory_size" not in found
 
 
 class FailedLogins:

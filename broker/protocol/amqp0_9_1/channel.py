@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Final, cast
 
 from broker import errors
 from broker.messaging.message import Message, MessageProperties
-from broker.messaging.queue import enqueue_all
+from broker.messaging.queue import Queue, enqueue_all
 from broker.messaging.transaction import REJECT, SETTLE, AutoCommitTransaction, LocalTransaction
 
 from . import direct_reply
@@ -41,7 +41,7 @@ from .replies import Reservation, ReplyOrder
 
 if TYPE_CHECKING:
     from broker.messaging.journal import Durability, MessageJournal
-    from broker.messaging.queue import Queue, QueueEntry
+    from broker.messaging.queue import QueueEntry
 
     from .connection import AmqpConnection
 
@@ -470,7 +470,10 @@ class Channel:
 
     def _basic_get(self, method: m.BasicGet) -> None:
         queue = self._queue(method.queue)
-        held = None if queue.message_count else queue.held_until
+        # a FIFO queue's head is ready whatever arrives behind it; any other kind (priority,
+        # sorted, last-value) may owe its head to a message still on its way to disk
+        fifo_head_ready = queue.message_count and type(queue) is Queue
+        held = None if fifo_head_ready else queue.held_until
         if held is not None:
             # what was published before is on its way to disk: answer once it has arrived
             # (as RabbitMQ, where a get right after a publish finds the message); what is

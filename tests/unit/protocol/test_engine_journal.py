@@ -344,3 +344,23 @@ def test_a_close_behind_a_waiting_get_is_answered_after_it(client: Client, journ
     assert client.take() == []
     journal.complete()
     assert [type(obj) for _ch, obj in client.take()] == [m.ChannelCloseOk]
+
+
+def test_a_get_from_a_priority_queue_waits_for_higher_priorities_on_their_way(
+        client: Client, journal: RecordingJournal) -> None:
+    client.send(1, m.QueueDeclare(queue="prio", durable=True, arguments={"x-max-priority": 10}))
+    client.expect(m.QueueDeclareOk, 1)
+    client.publish(1, "", "prio", b"low", MessageProperties(delivery_mode=2, priority=1))
+    journal.complete()
+    client.publish(1, "", "prio", b"top", MessageProperties(delivery_mode=2, priority=10))
+    client.send(1, m.BasicGet(queue="prio", no_ack=True))
+    assert client.take() == []                       # "low" is ready, but "top" is on its way
+    journal.complete()
+    assert client.expect(Delivery, 1).body == b"top"
+
+
+def test_a_declare_counts_the_messages_on_their_way_to_disk(
+        client: Client, journal: RecordingJournal) -> None:
+    client.publish(1, "", "durable", b"p", PERSISTENT)
+    client.send(1, m.QueueDeclare(queue="durable", passive=True))
+    assert client.expect(m.QueueDeclareOk, 1).message_count == 1
