@@ -8,14 +8,21 @@ make (oversized, truncated, garbage).
 
 from __future__ import annotations
 
+import shutil
 import socket
 import struct
+import subprocess
+import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import unquote, urlsplit
 
+import pytest
 from pamqp import body as pbody
 from pamqp import commands
 from pamqp import frame as pframe
@@ -288,3 +295,30 @@ def pika_reply(exc: BaseException) -> tuple[int, str]:
     if code is None:
         raise AssertionError(f"no AMQP reply code in {exc!r}")
     return int(code), str(text)
+
+
+def mount_tmpfs(directory: Path, size: str) -> bool:
+    """Mount a tmpfs of ``size`` (e.g. ``"24m"``) on ``directory``; False where mounting is
+    not allowed (it needs root or CAP_SYS_ADMIN)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)],
+                              capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+@contextmanager
+def tmpfs(size: str, prefix: str) -> Iterator[Path]:
+    """A new tmpfs of ``size``, unmounted and removed afterwards; skips the test where
+    mounting is not allowed."""
+    where = Path(tempfile.mkdtemp(prefix=prefix))
+    if not mount_tmpfs(where, size):
+        shutil.rmtree(where, ignore_errors=True)
+        pytest.skip("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=False)
+        shutil.rmtree(where, ignore_errors=True)

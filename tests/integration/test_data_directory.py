@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +20,7 @@ import pika
 import pytest
 
 from .conftest import REPO, DeltaMQProcess
+from .support import tmpfs
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -185,20 +184,11 @@ def test_a_data_directory_under_a_regular_file_refuses_the_start(tmp_path: Path)
 @pytest.fixture
 def read_only_mount() -> Iterator[Path]:
     """A tmpfs remounted read-only (root with CAP_SYS_ADMIN only)."""
-    where = Path(tempfile.mkdtemp(prefix="deltamq-ro-"))
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(where)],
-                             capture_output=True)
-    if mounted.returncode != 0:
-        shutil.rmtree(where, ignore_errors=True)
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    try:
+    with tmpfs("16m", "deltamq-ro-") as where:
         (where / "data").mkdir()
         (where / "data" / ".lock").write_text("1\n")     # a directory used before
         subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
         yield where / "data"
-    finally:
-        subprocess.run(["umount", str(where)], check=False)
-        shutil.rmtree(where, ignore_errors=True)
 
 
 def test_a_read_only_data_directory_refuses_the_start_with_one_line(read_only_mount: Path) -> None:

@@ -26,6 +26,7 @@ import pytest
 from tests.mgmt.conftest import wait_for_http
 
 from .conftest import DeltaMQProcess
+from .support import mount_tmpfs
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -34,16 +35,6 @@ if os.environ.get("DELTAMQ_TEST_AMQP_URL"):
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 FILLER = "filler"
-
-
-def _mount(directory: Path, size: str) -> bool:
-    directory.mkdir(parents=True, exist_ok=True)
-    try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)],
-                              capture_output=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0
 
 
 def _remount(directory: Path, mode: str) -> None:
@@ -58,7 +49,7 @@ def small_disk() -> Iterator[DeltaMQProcess]:
     proc = DeltaMQProcess()
     proc.command += ["-D", "deltamq.disk_free_limit=0"]
     data = proc.dir / "data"
-    if not _mount(data, "24m"):
+    if not mount_tmpfs(data, "24m"):
         shutil.rmtree(proc.dir, ignore_errors=True)
         pytest.skip("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)")
     try:

@@ -11,9 +11,6 @@ as the broker's statistics.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +23,7 @@ import pytest
 from tests.mgmt.conftest import wait_for_http
 
 from .conftest import DeltaMQProcess
+from .support import tmpfs
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -123,17 +121,8 @@ def test_memory_alarm_is_set_by_queued_messages_and_clears_when_they_are_consume
 @pytest.fixture
 def small_disk() -> Iterator[Path]:
     """A 64 MiB tmpfs (root with CAP_SYS_ADMIN only)."""
-    where = Path(tempfile.mkdtemp(prefix="deltamq-disk-"))
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(where)],
-                             capture_output=True)
-    if mounted.returncode != 0:
-        shutil.rmtree(where, ignore_errors=True)
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    try:
+    with tmpfs("64m", "deltamq-disk-") as where:
         yield where
-    finally:
-        subprocess.run(["umount", str(where)], check=False)
-        shutil.rmtree(where, ignore_errors=True)
 
 
 def _free(path: Path) -> int:

@@ -1,4 +1,4 @@
-"""A clone builds and tests with nothing beside it: no code reads ../shared."""
+"""A clone builds and tests with nothing beside it: no code reads the shared folder beside it."""
 
 from __future__ import annotations
 
