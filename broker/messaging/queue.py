@@ -26,23 +26,11 @@ A durable queue of a virtual host with a message journal holds it in
 :attr:`Queue.journal` and reports every event of every persistent message to
 it: enqueued, delivered, requeued, settled with its outcome, and the queue's
 own deletion.  Recovery puts journaled messages back with :meth:`Queue.restore`,
-which reports nothing.
+which reports nothing.  A persistent message joins the queue only once its
+``enqueue`` row is durable (:mod:`broker.messaging.arrivals`).
 
-A persistent message arriving at such a queue is *held* until the journal
-group holding its ``enqueue`` row is durable (Broker-J's post-commit action):
-only then can a consumer or basic.get see it.  If the commit fails, the
-message is dropped -- its publisher is nacked, or its transaction fails --
-so a failed publish leaves no trace.  Messages arriving while others are
-held (transient ones too) wait behind them: a queue keeps arrival order.
-Group commit keeps the wait short (one commit, a few milliseconds).
-
-Dispatch
---------
-Consumers are served round-robin; one whose ``can_deliver`` says no is
-skipped.  With single-active-consumer only the first registered consumer
-receives messages, and the next one takes over when it goes.  ``add_consumer``
-does not deliver: the engine announces the consumer (basic.consume-ok) and
-then calls :meth:`Queue.dispatch`, as it does whenever credit returns.
+Consumers and dispatch are in :mod:`broker.messaging.consumers`; entries, their
+states and the consumer and host interfaces in :mod:`broker.messaging.queue_entry`.
 """
 
 from __future__ import annotations
@@ -50,12 +38,14 @@ from __future__ import annotations
 import time
 from collections import deque
 from heapq import heappop, heappush
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Final, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable
 
-from broker.errors import AccessRefused
 from broker.messaging.arguments import QueueSettings, queue_settings
+from broker.messaging.arrivals import ArrivalHold, enqueue_all
+from broker.messaging.consumers import ConsumerDispatch
 from broker.messaging.journal import ACKED, PURGED, REPLACED, Durability, MessageJournal, settle_outcome
 from broker.messaging.message import Message
+from broker.messaging.queue_entry import ACQUIRED, AVAILABLE, SETTLED, Consumer, QueueEntry, QueueHost
 from broker.messaging.records import to_json_value
 
 if TYPE_CHECKING:
@@ -63,104 +53,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Queue", "QueueEntry", "enqueue_all", "Consumer", "QueueHost", "AVAILABLE", "ACQUIRED", "SETTLED"]
 
-# QueueEntry states (ints, not an Enum: compared on every delivery).
-AVAILABLE: Final = 0  # in the queue's storage, ready for delivery
-ACQUIRED: Final = 1   # delivered (or got), waiting for settle/release/reject
-SETTLED: Final = 2    # gone from the queue: acked, dead-lettered, expired, dropped
 
-
-class QueueEntry:
-    """A message's place in one queue, created when it first leaves the head.
-
-    ``delivery_count`` is how many times the message was delivered before the
-    current delivery; ``redelivered`` is the AMQP redelivered flag.
-    ``position`` orders entries within their queue (an int, or a tuple for
-    sorted queues).
-    """
-
-    __slots__ = ("message", "queue", "position", "delivery_count", "redelivered", "state")
-
-    def __init__(self, message: Message, queue: Queue, position: Any) -> None:
-        self.message = message
-        self.queue = queue
-        self.position = position
-        self.delivery_count = 0
-        self.redelivered = False
-        self.state = AVAILABLE
-
-    def __lt__(self, other: QueueEntry) -> bool:
-        return self.position < other.position  # type: ignore[no-any-return]
-
-    @property
-    def acquired(self) -> bool:
-        return self.state == ACQUIRED
-
-    def settle(self) -> None:
-        self.queue.settle(self)
-
-    def release(self) -> None:
-        self.queue.release(self)
-
-    def reject(self) -> None:
-        self.queue.reject(self)
-
-    def __repr__(self) -> str:
-        state = ("available", "acquired", "settled")[self.state]
-        return f"<QueueEntry {self.queue.name!r}#{self.position} {state} {self.message!r}>"
-
-
-class Consumer(Protocol):
-    """What a queue needs from a consumer (implemented by protocol engines)."""
-
-    tag: str
-    no_ack: bool
-
-    def can_deliver(self, entry: QueueEntry) -> bool: ...
-
-    def deliver(self, entry: QueueEntry) -> None: ...
-
-    def queue_deleted(self, queue: Queue) -> None: ...
-
-
-class QueueHost(Protocol):
-    """The virtual host side of a queue (the Namespace): dead-lettering and lifetime."""
-
-    def dead_letter(self, queue: Queue, message: Message, reason: str) -> None: ...
-
-    def queue_unused(self, queue: Queue) -> None: ...
-
-    def queue_timed(self, queue: Queue) -> None: ...
-
-
-def enqueue_all(message: Message, queues: Sequence[Queue], *, keep: bool = False) -> bool:
-    """Enqueue ``message`` into every queue; False when some queue refused it (reject-publish).
-
-    When a durable queue journals the message, the queues that do not (non-durable
-    ones) get it only once that journal commit is durable, and never if it fails:
-    a publish the broker could not make durable reaches no queue at all.
-    ``keep``: see :meth:`Queue.enqueue`.
-    """
-    if len(queues) == 1:
-        return queues[0].enqueue(message, keep=keep)
-    accepted = True
-    unjournaled: list[Queue] = []
-    after: Durability | None = None
-    for queue in queues:
-        journal = queue.journal
-        if not message.persistent or journal is None:
-            unjournaled.append(queue)
-        elif queue.enqueue(message, keep=keep):
-            if not keep:
-                after = journal.pending
-        else:
-            accepted = False
-    for queue in unjournaled:
-        if not queue.enqueue(message, after):
-            accepted = False
-    return accepted
-
-
-class Queue:
+class Queue(ConsumerDispatch, ArrivalHold):
     """The standard FIFO queue (and the base of the other kinds)."""
 
     type: ClassVar[str] = "standard"
@@ -239,10 +133,6 @@ class Queue:
         return self._ready_bytes
 
     @property
-    def consumer_count(self) -> int:
-        return len(self._consumers)
-
-    @property
     def unacked_count(self) -> int:
         return self._unacked
 
@@ -250,10 +140,6 @@ class Queue:
     def unacked_bytes(self) -> int:
         """Body bytes of the messages delivered and not yet settled."""
         return self._unacked_bytes
-
-    @property
-    def consumers(self) -> tuple[Consumer, ...]:
-        return tuple(self._consumers)
 
     @property
     def deleted(self) -> bool:
@@ -289,36 +175,6 @@ class Queue:
         else:
             self._accept(message)
         return True
-
-    @property
-    def held_count(self) -> int:
-        """Messages accepted but waiting for the journal before they join the queue."""
-        return len(self._arriving)
-
-    @property
-    def held_until(self) -> Durability | None:
-        """The journal group after whose commit every message held now has joined (or not)."""
-        return self._awaited if self._arriving else None
-
-    def hold(self, message: Message, durability: Durability | None) -> None:
-        """Let ``message`` join the queue once ``durability`` is done (dropped if its commit failed)."""
-        self._arriving.append((message, durability))
-        if durability is not None and durability is not self._awaited:
-            self._awaited = durability
-            durability.when_durable(self._arrived)
-
-    def _arrived(self) -> None:
-        """A journal group finished: let in the held messages it decided, in arrival order."""
-        arriving = self._arriving
-        while arriving:
-            message, durability = arriving[0]
-            if durability is not None and not durability.done:
-                return
-            arriving.popleft()
-            if self._deleted or (durability is not None and durability.error is not None):
-                continue                       # never durable: never enqueued (the publisher was nacked)
-            self._accept(message)
-        self._awaited = None                    # nothing held: let the group and its rows go
 
     def _accept(self, message: Message) -> None:
         """``message`` joins the queue: straight to a consumer, or into storage."""
@@ -378,146 +234,6 @@ class Queue:
                 break
             self._remove(entry, "maxlen")
 
-    # -- consumers ---------------------------------------------------------------
-
-    def add_consumer(self, consumer: Consumer, exclusive: bool = False) -> None:
-        """Register ``consumer``; call :meth:`dispatch` once the engine has announced it.
-
-        Raises AccessRefused when an exclusive consumer is present, or when
-        ``exclusive`` is asked for while any consumer is.
-        """
-        if self._exclusive_consumer or (exclusive and self._consumers):
-            raise AccessRefused(f"queue '{self.name}' in vhost '{self.vhost}' in exclusive use")
-        # RabbitMQ's consumer priorities (x-priority): consumers are kept highest
-        # priority first, a newcomer after those of its own priority
-        priority = getattr(consumer, "priority", 0)
-        consumers = self._consumers
-        index = len(consumers)
-        while index and getattr(consumers[index - 1], "priority", 0) < priority:
-            index -= 1
-        consumers.insert(index, consumer)
-        if index < self._next_consumer:
-            self._next_consumer += 1
-        self._prioritised = any(getattr(c, "priority", 0) for c in consumers)
-        self._exclusive_consumer = exclusive
-
-    def remove_consumer(self, consumer: Consumer) -> None:
-        """Unregister ``consumer`` (its unacked entries stay acquired until the engine releases them).
-
-        The last consumer of an auto-delete queue going deletes the queue.
-        """
-        consumers = self._consumers
-        for index, candidate in enumerate(consumers):
-            if candidate is consumer:
-                break
-        else:
-            return
-        del consumers[index]
-        if index < self._next_consumer:
-            self._next_consumer -= 1
-        self._prioritised = any(getattr(c, "priority", 0) for c in consumers)
-        self._exclusive_consumer = False
-        if consumers:
-            self.dispatch()  # with single-active-consumer, the next one takes over
-            return
-        self._last_used = self._clock()
-        if self.auto_delete and self._host is not None:
-            self._host.queue_unused(self)
-
-    def dispatch(self) -> None:
-        """Deliver ready messages to consumers for as long as one of them has credit."""
-        consumers = self._consumers
-        if not consumers or not self._ready or self._dispatching or self._deleted:
-            return
-        self._dispatching = True
-        try:
-            now = self._clock() if self._timed else None
-            while self._ready and consumers and not self._deleted:
-                entry = self._take()
-                if entry is None:
-                    break
-                message = entry.message
-                self._ready -= 1
-                self._ready_bytes -= len(message.body)
-                if now is not None:
-                    expiry = self._expiry(message)
-                    if expiry is not None and expiry <= now:
-                        self._retire(entry, "expired")
-                        continue
-                if not self._offer(entry, consumers):
-                    self._ready += 1
-                    self._ready_bytes += len(message.body)
-                    self._put_back(entry)
-                    break
-        finally:
-            self._dispatching = False
-
-    def _offer(self, entry: QueueEntry, consumers: list[Consumer]) -> bool:
-        """Hand ``entry`` to the next consumer able to take it; False when none can."""
-        count = len(consumers)
-        if count == 1 or self._sac:
-            if not count:
-                return False
-            consumer = consumers[0]
-            if not consumer.can_deliver(entry):
-                return False
-        elif self._prioritised:
-            found = self._by_priority(entry, consumers)
-            if found is None:
-                return False
-            consumer = found
-        else:
-            start = self._next_consumer
-            for step in range(count):
-                index = (start + step) % count
-                consumer = consumers[index]
-                if consumer.can_deliver(entry):
-                    self._next_consumer = index + 1
-                    break
-            else:
-                return False
-        if consumer.no_ack:
-            entry.state = SETTLED
-            self._forget(entry)
-        else:
-            entry.state = ACQUIRED
-            self._unacked += 1
-            self._unacked_bytes += len(entry.message.body)
-        self.delivered_messages += 1
-        self.delivered_bytes += len(entry.message.body)
-        if self.journal is not None and entry.message.persistent:
-            self._journal_taken(entry)
-        consumer.deliver(entry)
-        return True
-
-    def _journal_taken(self, entry: QueueEntry) -> None:
-        """Journal a delivery: settled at once for no-ack, else delivered."""
-        journal = self.journal
-        assert journal is not None
-        if entry.state == SETTLED:
-            journal.settled(self, entry.message, ACKED, None, entry.delivery_count + 1)
-        else:
-            journal.delivered(entry)
-
-    def _by_priority(self, entry: QueueEntry, consumers: list[Consumer]) -> Consumer | None:
-        """The highest-priority consumer with credit; round-robin among equals (RabbitMQ)."""
-        count = len(consumers)
-        start = 0
-        while start < count:
-            priority = getattr(consumers[start], "priority", 0)
-            end = start + 1
-            while end < count and getattr(consumers[end], "priority", 0) == priority:
-                end += 1
-            size = end - start
-            cursor = self._priority_cursor.get(priority, 0) % size
-            for step in range(size):
-                index = start + (cursor + step) % size
-                if consumers[index].can_deliver(entry):
-                    self._priority_cursor[priority] = (cursor + step + 1) % size
-                    return consumers[index]
-            start = end
-        return None
-
     # -- basic.get and settlement ------------------------------------------------
 
     def get(self, *, no_ack: bool = False) -> QueueEntry | None:
@@ -535,17 +251,7 @@ class Queue:
                 if expiry is not None and expiry <= now:
                     self._retire(entry, "expired")
                     continue
-            if no_ack:
-                entry.state = SETTLED
-                self._forget(entry)
-            else:
-                entry.state = ACQUIRED
-                self._unacked += 1
-                self._unacked_bytes += len(entry.message.body)
-            self.delivered_messages += 1
-            self.delivered_bytes += len(entry.message.body)
-            if self.journal is not None and entry.message.persistent:
-                self._journal_taken(entry)
+            self._hand_out(entry, no_ack)
             return entry
         return None
 

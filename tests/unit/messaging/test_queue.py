@@ -273,3 +273,13 @@ def test_unacked_bytes_follow_deliveries_until_they_are_settled() -> None:
     queue.remove_consumer(consumer)
     queue.release_many(list(consumer.entries))
     assert queue.unacked_bytes == 0 and queue.message_bytes == 10
+
+
+@pytest.mark.parametrize(("kind", "arguments"), [
+    ("standard", {}), ("priority", {"x-max-priority": 3}), ("lvq", {"x-last-value-key": "k"}),
+    ("sorted", {"qpid.queue_sort_key": "k"})])
+def test_every_queue_kind_keeps_its_state_in_slots(kind: str, arguments: dict[str, object]) -> None:
+    """The queue's parts (consumers, held arrivals) add no per-queue __dict__."""
+    queue = create_queue("q", arguments=dict(arguments))
+    assert queue.settings.kind == kind
+    assert not hasattr(queue, "__dict__")

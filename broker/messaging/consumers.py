@@ -1,0 +1,217 @@
+"""A queue's consumers and how it hands them messages.
+
+Consumers are served round-robin; one whose ``can_deliver`` says no is
+skipped.  With consumer priorities (RabbitMQ's ``x-priority``) the
+highest-priority consumer with credit wins, round-robin among equals.  With
+single-active-consumer only the first registered consumer receives messages,
+and the next one takes over when it goes.  ``add_consumer`` does not deliver:
+the engine announces the consumer (basic.consume-ok) and then calls
+:meth:`ConsumerDispatch.dispatch`, as it does whenever credit returns.
+
+:class:`ConsumerDispatch` is that part of :class:`~broker.messaging.queue.Queue`;
+its state lives in the queue's slots.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, cast
+
+from broker.errors import AccessRefused
+from broker.messaging.journal import ACKED, MessageJournal
+from broker.messaging.message import Message
+from broker.messaging.queue_entry import ACQUIRED, SETTLED, Consumer, QueueEntry, QueueHost
+
+if TYPE_CHECKING:
+    from broker.messaging.queue import Queue
+
+__all__ = ["ConsumerDispatch"]
+
+
+class ConsumerDispatch:
+    """Registering consumers and delivering ready messages to them (a base of the queue)."""
+
+    # The state is in the queue's slots.  No slots here at runtime keeps the
+    # queue free of a __dict__; mypy, seeing none, lets these methods assign
+    # the attributes annotated below.
+    if not TYPE_CHECKING:
+        __slots__ = ()
+
+    name: str
+    vhost: str
+    auto_delete: bool
+    journal: MessageJournal | None
+    delivered_messages: int
+    delivered_bytes: int
+    _clock: Callable[[], float]
+    _host: QueueHost | None
+    _consumers: list[Consumer]
+    _next_consumer: int
+    _prioritised: bool
+    _priority_cursor: dict[int, int]
+    _exclusive_consumer: bool
+    _sac: bool
+    _ready: int
+    _ready_bytes: int
+    _unacked: int
+    _unacked_bytes: int
+    _dispatching: bool
+    _deleted: bool
+    _timed: bool
+    _last_used: float
+
+    if TYPE_CHECKING:  # the queue's own storage and retirement
+        def _take(self) -> QueueEntry | None: ...
+        def _put_back(self, entry: QueueEntry) -> None: ...
+        def _expiry(self, message: Message) -> float | None: ...
+        def _retire(self, entry: QueueEntry, reason: str, deliveries: int | None = None) -> None: ...
+        def _forget(self, entry: QueueEntry) -> None: ...
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self._consumers)
+
+    @property
+    def consumers(self) -> tuple[Consumer, ...]:
+        return tuple(self._consumers)
+
+    def add_consumer(self, consumer: Consumer, exclusive: bool = False) -> None:
+        """Register ``consumer``; call :meth:`dispatch` once the engine has announced it.
+
+        Raises AccessRefused when an exclusive consumer is present, or when
+        ``exclusive`` is asked for while any consumer is.
+        """
+        if self._exclusive_consumer or (exclusive and self._consumers):
+            raise AccessRefused(f"queue '{self.name}' in vhost '{self.vhost}' in exclusive use")
+        # RabbitMQ's consumer priorities (x-priority): consumers are kept highest
+        # priority first, a newcomer after those of its own priority
+        priority = getattr(consumer, "priority", 0)
+        consumers = self._consumers
+        index = len(consumers)
+        while index and getattr(consumers[index - 1], "priority", 0) < priority:
+            index -= 1
+        consumers.insert(index, consumer)
+        if index < self._next_consumer:
+            self._next_consumer += 1
+        self._prioritised = any(getattr(c, "priority", 0) for c in consumers)
+        self._exclusive_consumer = exclusive
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """Unregister ``consumer`` (its unacked entries stay acquired until the engine releases them).
+
+        The last consumer of an auto-delete queue going deletes the queue.
+        """
+        consumers = self._consumers
+        for index, candidate in enumerate(consumers):
+            if candidate is consumer:
+                break
+        else:
+            return
+        del consumers[index]
+        if index < self._next_consumer:
+            self._next_consumer -= 1
+        self._prioritised = any(getattr(c, "priority", 0) for c in consumers)
+        self._exclusive_consumer = False
+        if consumers:
+            self.dispatch()  # with single-active-consumer, the next one takes over
+            return
+        self._last_used = self._clock()
+        if self.auto_delete and self._host is not None:
+            self._host.queue_unused(cast("Queue", self))
+
+    def dispatch(self) -> None:
+        """Deliver ready messages to consumers for as long as one of them has credit."""
+        consumers = self._consumers
+        if not consumers or not self._ready or self._dispatching or self._deleted:
+            return
+        self._dispatching = True
+        try:
+            now = self._clock() if self._timed else None
+            while self._ready and consumers and not self._deleted:
+                entry = self._take()
+                if entry is None:
+                    break
+                message = entry.message
+                self._ready -= 1
+                self._ready_bytes -= len(message.body)
+                if now is not None:
+                    expiry = self._expiry(message)
+                    if expiry is not None and expiry <= now:
+                        self._retire(entry, "expired")
+                        continue
+                if not self._offer(entry, consumers):
+                    self._ready += 1
+                    self._ready_bytes += len(message.body)
+                    self._put_back(entry)
+                    break
+        finally:
+            self._dispatching = False
+
+    def _offer(self, entry: QueueEntry, consumers: list[Consumer]) -> bool:
+        """Hand ``entry`` to the next consumer able to take it; False when none can."""
+        count = len(consumers)
+        if count == 1 or self._sac:
+            if not count:
+                return False
+            consumer = consumers[0]
+            if not consumer.can_deliver(entry):
+                return False
+        elif self._prioritised:
+            found = self._by_priority(entry, consumers)
+            if found is None:
+                return False
+            consumer = found
+        else:
+            start = self._next_consumer
+            for step in range(count):
+                index = (start + step) % count
+                consumer = consumers[index]
+                if consumer.can_deliver(entry):
+                    self._next_consumer = index + 1
+                    break
+            else:
+                return False
+        self._hand_out(entry, consumer.no_ack)
+        consumer.deliver(entry)
+        return True
+
+    def _hand_out(self, entry: QueueEntry, no_ack: bool) -> None:
+        """``entry`` goes to a consumer or basic.get: acquired, or settled at once when ``no_ack``."""
+        if no_ack:
+            entry.state = SETTLED
+            self._forget(entry)
+        else:
+            entry.state = ACQUIRED
+            self._unacked += 1
+            self._unacked_bytes += len(entry.message.body)
+        self.delivered_messages += 1
+        self.delivered_bytes += len(entry.message.body)
+        if self.journal is not None and entry.message.persistent:
+            self._journal_taken(entry)
+
+    def _journal_taken(self, entry: QueueEntry) -> None:
+        """Journal a delivery: settled at once for no-ack, else delivered."""
+        journal = self.journal
+        assert journal is not None
+        if entry.state == SETTLED:
+            journal.settled(cast("Queue", self), entry.message, ACKED, None, entry.delivery_count + 1)
+        else:
+            journal.delivered(entry)
+
+    def _by_priority(self, entry: QueueEntry, consumers: list[Consumer]) -> Consumer | None:
+        """The highest-priority consumer with credit; round-robin among equals (RabbitMQ)."""
+        count = len(consumers)
+        start = 0
+        while start < count:
+            priority = getattr(consumers[start], "priority", 0)
+            end = start + 1
+            while end < count and getattr(consumers[end], "priority", 0) == priority:
+                end += 1
+            size = end - start
+            cursor = self._priority_cursor.get(priority, 0) % size
+            for step in range(size):
+                index = start + (cursor + step) % size
+                if consumers[index].can_deliver(entry):
+                    self._priority_cursor[priority] = (cursor + step + 1) % size
+                    return consumers[index]
+            start = end
+        return None
