@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, AsyncIterator, Iterator
 
 import pytest
 from pamqp import commands
@@ -219,6 +219,47 @@ def broker(request: pytest.FixtureRequest,
     assert broker_process is not None
     yield _note(config, _describe(BrokerEndpoint(host="127.0.0.1", port=broker_process.amqp_port),
                                   external=False), "`" + " ".join(broker_process.command) + "`")
+
+
+# -- clients of the session broker (one per test) ---------------------------------
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """The async tests run on asyncio: aio-pika and aiormq need it."""
+    return "asyncio"
+
+
+@pytest.fixture
+def conn(broker: BrokerEndpoint) -> Iterator[Any]:
+    """A pika BlockingConnection, closed after the test."""
+    with broker.pika() as connection:
+        yield connection
+
+
+@pytest.fixture
+def ch(conn: Any) -> Any:
+    """A channel of :func:`conn`."""
+    return conn.channel()
+
+
+@pytest.fixture
+async def aio_conn(broker: BrokerEndpoint) -> AsyncIterator[Any]:
+    """An aio-pika connection, closed after the test."""
+    import aio_pika
+
+    connection = await aio_pika.connect(broker.url(), timeout=15)
+    try:
+        yield connection
+    finally:
+        await connection.close()
+
+
+@pytest.fixture
+def kombu_conn(broker: BrokerEndpoint) -> Iterator[Any]:
+    """A connected kombu Connection (py-amqp transport), released after the test."""
+    with broker.kombu() as connection:
+        connection.connect()
+        yield connection
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import pytest
@@ -38,19 +38,6 @@ FRAME_OVERHEAD = 8  # 7-byte frame header + frame-end octet (0-9-1 §2.3.5)
 def unique(kind: str) -> str:
     """A name no other test (or earlier run against the same broker) uses."""
     return f"it.{kind}.{uuid.uuid4().hex[:16]}"
-
-
-def eventually(predicate: Callable[[], Any], timeout: float = 5.0, interval: float = 0.05,
-               what: str = "condition") -> Any:
-    """Poll until `predicate()` is truthy; return its value or fail naming `what`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {value!r})")
-        time.sleep(interval)
 
 
 @dataclass(frozen=True)
@@ -113,6 +100,13 @@ class BrokerEndpoint:
         conn = amqp.Connection(f"{self.host}:{self.port}", **kw)
         conn.connect()
         return conn
+
+    def kombu(self, **kw: Any) -> Any:
+        """A kombu Connection over py-amqp (use as a context manager; connects lazily)."""
+        import kombu
+        return kombu.Connection(hostname=self.host, port=self.port, userid=self.user,
+                                password=self.password, virtual_host=self.vhost,
+                                transport="pyamqp", connect_timeout=10, **kw)
 
     def raw(self, timeout: float = 10.0) -> "RawAMQP":
         return RawAMQP(self.host, self.port, timeout)

@@ -4,29 +4,17 @@ most asyncio services use, with publisher confirms on by default."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator
+from typing import Any
 
 import aio_pika
 import aiormq.exceptions
 import pytest
 
+from tests.waiting import wait_until_async
+
 from .support import BrokerEndpoint, unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.timeout(30, func_only=True)]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def conn(broker: BrokerEndpoint) -> AsyncIterator[aio_pika.abc.AbstractConnection]:
-    c = await aio_pika.connect(broker.url(), timeout=15)
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 async def collect(queue: aio_pika.abc.AbstractQueue, n: int, timeout: float = 5.0,
@@ -43,8 +31,8 @@ async def collect(queue: aio_pika.abc.AbstractQueue, n: int, timeout: float = 5.
     return out
 
 
-async def test_connect_and_capabilities(conn: aio_pika.abc.AbstractConnection) -> None:
-    transport: Any = conn.transport
+async def test_connect_and_capabilities(aio_conn: aio_pika.abc.AbstractConnection) -> None:
+    transport: Any = aio_conn.transport
     props = transport.connection.server_properties
     caps = props["capabilities"]
     for cap in ("publisher_confirms", "basic.nack", "consumer_cancel_notify",
@@ -59,8 +47,8 @@ async def test_wrong_password(broker: BrokerEndpoint) -> None:
     assert "ACCESS_REFUSED" in str(info.value)
 
 
-async def test_topic_routing_publish_consume(conn: aio_pika.abc.AbstractConnection) -> None:
-    ch = await conn.channel()
+async def test_topic_routing_publish_consume(aio_conn: aio_pika.abc.AbstractConnection) -> None:
+    ch = await aio_conn.channel()
     x = await ch.declare_exchange(unique("x.topic"), aio_pika.ExchangeType.TOPIC, auto_delete=True)
     q = await ch.declare_queue(exclusive=True)
     await q.bind(x, "logs.*.error")
@@ -76,8 +64,8 @@ async def test_topic_routing_publish_consume(conn: aio_pika.abc.AbstractConnecti
 
 
 async def test_publisher_confirms_and_reject_publish_nack(
-        conn: aio_pika.abc.AbstractConnection) -> None:
-    ch = await conn.channel()  # publisher_confirms=True by default
+        aio_conn: aio_pika.abc.AbstractConnection) -> None:
+    ch = await aio_conn.channel()  # publisher_confirms=True by default
     q = await ch.declare_queue(unique("q.full"), auto_delete=True,
                                arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
     confirm: Any = await ch.default_exchange.publish(aio_pika.Message(b"fits"), q.name)
@@ -90,8 +78,8 @@ async def test_publisher_confirms_and_reject_publish_nack(
     await m.ack()
 
 
-async def test_mandatory_return_raises(conn: aio_pika.abc.AbstractConnection) -> None:
-    ch = await conn.channel(on_return_raises=True)
+async def test_mandatory_return_raises(aio_conn: aio_pika.abc.AbstractConnection) -> None:
+    ch = await aio_conn.channel(on_return_raises=True)
     key = unique("nowhere")
     with pytest.raises(aiormq.exceptions.PublishError) as info:
         await ch.default_exchange.publish(aio_pika.Message(b"back"), key, mandatory=True)
@@ -100,8 +88,8 @@ async def test_mandatory_return_raises(conn: aio_pika.abc.AbstractConnection) ->
     assert ret.delivery.routing_key == key and ret.body == b"back"
 
 
-async def test_prefetch_and_nack_requeue(conn: aio_pika.abc.AbstractConnection) -> None:
-    ch = await conn.channel()
+async def test_prefetch_and_nack_requeue(aio_conn: aio_pika.abc.AbstractConnection) -> None:
+    ch = await aio_conn.channel()
     await ch.set_qos(prefetch_count=2)
     q = await ch.declare_queue(unique("q.prefetch"), auto_delete=True)
     for i in range(5):
@@ -115,34 +103,33 @@ async def test_prefetch_and_nack_requeue(conn: aio_pika.abc.AbstractConnection) 
             got_two.set()
     tag = await q.consume(on_message)
     await asyncio.wait_for(got_two.wait(), 5)
-    await asyncio.sleep(0.3)
-    assert [m.body for m in seen] == [b"0", b"1"]  # prefetch 2: no more until we settle
+    # prefetch 2: the broker keeps the other three until we settle
+    ready = await ch.declare_queue(q.name, passive=True)
+    assert ready.declaration_result.message_count == 3
+    assert [m.body for m in seen] == [b"0", b"1"]
     await seen[0].nack(requeue=True)
     await seen[1].reject(requeue=False)
-    for _ in range(50):
-        if len(seen) >= 4:
-            break
-        await asyncio.sleep(0.05)
+    await wait_until_async(lambda: len(seen) >= 4, what="the requeued and the next message")
     assert [m.body for m in seen[2:4]] == [b"0", b"2"]
     assert seen[2].redelivered and not seen[3].redelivered
     await q.cancel(tag)
 
 
-async def test_channel_error_keeps_connection(conn: aio_pika.abc.AbstractConnection) -> None:
-    ch = await conn.channel()
+async def test_channel_error_keeps_connection(aio_conn: aio_pika.abc.AbstractConnection) -> None:
+    ch = await aio_conn.channel()
     missing = unique("q.missing")
     with pytest.raises(aiormq.exceptions.ChannelNotFoundEntity) as info:
         await ch.declare_queue(missing, passive=True)
     assert missing in info.value.args[0]
-    ch2 = await conn.channel()
+    ch2 = await aio_conn.channel()
     q = await ch2.declare_queue(exclusive=True)
     await ch2.default_exchange.publish(aio_pika.Message(b"ok"), q.name)
     assert (await q.get(no_ack=True)).body == b"ok"
 
 
 async def test_exclusive_queue_locked(broker: BrokerEndpoint,
-                                      conn: aio_pika.abc.AbstractConnection) -> None:
-    ch = await conn.channel()
+                                      aio_conn: aio_pika.abc.AbstractConnection) -> None:
+    ch = await aio_conn.channel()
     q = await ch.declare_queue(unique("q.excl"), exclusive=True)
     other = await aio_pika.connect(broker.url())
     try:
@@ -153,8 +140,8 @@ async def test_exclusive_queue_locked(broker: BrokerEndpoint,
         await other.close()
 
 
-async def test_consumer_cancelled_by_broker(conn: aio_pika.abc.AbstractConnection) -> None:
-    ch = await conn.channel()
+async def test_consumer_cancelled_by_broker(aio_conn: aio_pika.abc.AbstractConnection) -> None:
+    ch = await aio_conn.channel()
     q = await ch.declare_queue(unique("q.cancel"))
     cancelled: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     underlay = await ch.get_underlay_channel()
@@ -165,15 +152,15 @@ async def test_consumer_cancelled_by_broker(conn: aio_pika.abc.AbstractConnectio
     async def ignore(message: aio_pika.abc.AbstractIncomingMessage) -> None:
         pass
     tag = await q.consume(ignore)
-    other = await conn.channel()
+    other = await aio_conn.channel()
     await other.queue_delete(q.name)
     assert await asyncio.wait_for(cancelled, 5) == tag
 
 
-async def test_transaction_commit_and_rollback(conn: aio_pika.abc.AbstractConnection) -> None:
-    observer = await conn.channel()
+async def test_transaction_commit_and_rollback(aio_conn: aio_pika.abc.AbstractConnection) -> None:
+    observer = await aio_conn.channel()
     q = await observer.declare_queue(unique("q.tx"), auto_delete=True)
-    ch = await conn.channel(publisher_confirms=False)
+    ch = await aio_conn.channel(publisher_confirms=False)
     tx = ch.transaction()
     await tx.select()
     await ch.default_exchange.publish(aio_pika.Message(b"committed"), q.name)
@@ -186,8 +173,8 @@ async def test_transaction_commit_and_rollback(conn: aio_pika.abc.AbstractConnec
     assert await q.get(fail=False) is None
 
 
-async def test_dead_letter_x_death(conn: aio_pika.abc.AbstractConnection) -> None:
-    ch = await conn.channel()
+async def test_dead_letter_x_death(aio_conn: aio_pika.abc.AbstractConnection) -> None:
+    ch = await aio_conn.channel()
     dlx = await ch.declare_exchange(unique("x.dlx"), aio_pika.ExchangeType.FANOUT, auto_delete=True)
     dlq = await ch.declare_queue(exclusive=True)
     await dlq.bind(dlx)
@@ -203,8 +190,8 @@ async def test_dead_letter_x_death(conn: aio_pika.abc.AbstractConnection) -> Non
     assert death["reason"] == "rejected" and death["queue"] == q.name and death["count"] == 1
 
 
-async def test_priority_queue(conn: aio_pika.abc.AbstractConnection) -> None:
-    ch = await conn.channel()
+async def test_priority_queue(aio_conn: aio_pika.abc.AbstractConnection) -> None:
+    ch = await aio_conn.channel()
     q = await ch.declare_queue(unique("q.prio"), auto_delete=True,
                                arguments={"x-max-priority": 9})
     for body, prio in ((b"low", 1), (b"high", 9), (b"mid", 4), (b"high2", 9)):
@@ -214,8 +201,8 @@ async def test_priority_queue(conn: aio_pika.abc.AbstractConnection) -> None:
     assert [m.priority for m in got] == [9, 9, 4, 1]
 
 
-async def test_large_message(conn: aio_pika.abc.AbstractConnection) -> None:
-    ch = await conn.channel()
+async def test_large_message(aio_conn: aio_pika.abc.AbstractConnection) -> None:
+    ch = await aio_conn.channel()
     q = await ch.declare_queue(exclusive=True)
     body = bytes(range(256)) * 8192  # 2 MiB
     await ch.default_exchange.publish(aio_pika.Message(body), q.name)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 import time
 import decimal
-from typing import Any, Iterator
+from typing import Any
 
 import amqp
 import pika
@@ -15,22 +15,13 @@ import pytest
 from pamqp import commands
 from pika.adapters.blocking_connection import BlockingChannel
 
-from .support import BrokerEndpoint, assert_closed_with, eventually, unique
+from tests.waiting import wait_until
+
+from .support import BrokerEndpoint, assert_closed_with, unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30, func_only=True)]
 
 Delivery = tuple[Any, Any, bytes]
-
-
-@pytest.fixture
-def conn(broker: BrokerEndpoint) -> Iterator[pika.BlockingConnection]:
-    with broker.pika() as c:
-        yield c
-
-
-@pytest.fixture
-def ch(conn: pika.BlockingConnection) -> BlockingChannel:
-    return conn.channel()
 
 
 def fresh_queue(ch: BlockingChannel, **kw: Any) -> str:
@@ -71,7 +62,7 @@ class Collector:
         def enough() -> bool:
             conn.process_data_events(time_limit=0.05)
             return len(self.deliveries) >= n
-        eventually(enough, timeout, what=f"{n} deliveries (have {len(self.deliveries)})")
+        wait_until(enough, timeout, what=f"{n} deliveries (have {len(self.deliveries)})")
 
     def settle(self, conn: pika.BlockingConnection, seconds: float = 0.4) -> None:
         conn.process_data_events(time_limit=seconds)
@@ -125,7 +116,7 @@ def test_prefetch_is_per_consumer_unless_global(conn: pika.BlockingConnection) -
     c, d = Collector(), Collector()
     ch.basic_consume(q1, c)
     ch.basic_consume(q2, d)
-    eventually(lambda: conn.process_data_events(0.05) or len(c.deliveries) + len(d.deliveries) >= 3)
+    wait_until(lambda: conn.process_data_events(0.05) or len(c.deliveries) + len(d.deliveries) >= 3)
     c.settle(conn, 0.5)
     assert len(c.deliveries) + len(d.deliveries) == 3
     ch.close()
@@ -201,7 +192,7 @@ def test_consumer_cancel_notification_when_queue_deleted(conn: pika.BlockingConn
     ch.add_on_cancel_callback(lambda frame: cancelled.append(frame.method))
     tag = ch.basic_consume(q, lambda *a: None)
     conn.channel().queue_delete(q)
-    eventually(lambda: conn.process_data_events(0.05) or cancelled,
+    wait_until(lambda: conn.process_data_events(0.05) or cancelled,
                what="basic.cancel from the broker")
     assert cancelled[0].consumer_tag == tag
     assert ch.is_open and tag not in ch.consumer_tags
@@ -234,7 +225,7 @@ def test_mandatory_unroutable_is_returned(conn: pika.BlockingConnection, ch: Blo
     props = pika.BasicProperties(message_id="r1", headers={"h": 1})
     ch.basic_publish("amq.direct", key, b"come back", props, mandatory=True)
     ch.basic_publish("amq.direct", key, b"silently dropped", props, mandatory=False)
-    eventually(lambda: conn.process_data_events(0.05) or returned, what="basic.return")
+    wait_until(lambda: conn.process_data_events(0.05) or returned, what="basic.return")
     conn.process_data_events(0.3)
     assert len(returned) == 1
     method, p, body = returned[0]
@@ -350,7 +341,7 @@ def test_ack_multiple_and_redelivery_of_the_rest(conn: pika.BlockingConnection) 
     ch.basic_ack(3, multiple=True)
     ch.close()  # 4 and 5 were unacked: requeued, marked redelivered
     ch = conn.channel()
-    eventually(lambda: ready(ch, q) == 2)
+    wait_until(lambda: ready(ch, q) == 2)
     m4 = ch.basic_get(q, auto_ack=True)
     m5 = ch.basic_get(q, auto_ack=True)
     assert (m4[2], m4[0].redelivered, m5[2], m5[0].redelivered) == (b"4", True, b"5", True)
@@ -618,7 +609,7 @@ def test_connection_close_requeues_across_channels_in_order(broker: BrokerEndpoi
         assert c2.basic_get(q)[2] == b"2"
         assert c2.basic_get(q)[2] == b"3"
         holder.close()
-        eventually(lambda: ready(kch, q) == 4, what="all four back in the queue")
+        wait_until(lambda: ready(kch, q) == 4, what="all four back in the queue")
         got = [kch.basic_get(q, auto_ack=True) for _ in range(4)]
         assert [g[2] for g in got] == [b"1", b"2", b"3", b"4"]
         assert [g[0].redelivered for g in got] == [True, True, True, False]
@@ -657,7 +648,7 @@ def test_consumer_priorities_x_priority(broker: BrokerEndpoint) -> None:
         ch.basic_consume(q, lambda c, m, p, b: got["high"].append(b), arguments={"x-priority": 10})
         for i in range(5):
             ch.basic_publish("", q, b"m%d" % i)
-        eventually(lambda: conn.process_data_events(0.05) or len(got["low"]) + len(got["high"]) == 5,
+        wait_until(lambda: conn.process_data_events(0.05) or len(got["low"]) + len(got["high"]) == 5,
                    what="five deliveries")
         assert got["high"] == [b"m0", b"m1", b"m2"] and got["low"] == [b"m3", b"m4"]
 
@@ -681,8 +672,8 @@ def test_direct_reply_to_rpc(broker: BrokerEndpoint) -> None:
             nonlocal method, props, body
             method, props, body = server.basic_get(rpc_queue, auto_ack=True)
             return method is not None
-        eventually(request_arrived, what="the request")
+        wait_until(request_arrived, what="the request")
         assert props.reply_to.startswith("amq.rabbitmq.reply-to.")
         server.basic_publish("", props.reply_to, b"42", pika.BasicProperties(correlation_id=props.correlation_id))
-        eventually(lambda: client_conn.process_data_events(0.05) or replies, what="the reply")
+        wait_until(lambda: client_conn.process_data_events(0.05) or replies, what="the reply")
         assert replies == [(b"42", "req-1")]

@@ -9,8 +9,10 @@ import pika.exceptions
 import pytest
 from pamqp import commands
 
+from tests.waiting import wait_until
+
 from .support import (FRAME_BODY, PROTOCOL_HEADER_0_9_1, BrokerEndpoint, assert_closed_with,
-                      eventually, unique)
+                      unique)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30, func_only=True)]
 
@@ -31,7 +33,7 @@ def test_open_and_close_many_channels(broker: BrokerEndpoint) -> None:
         again = [conn.channel() for _ in range(100)]
         assert all(ch.is_open for ch in again)
         ch = again[0]
-        eventually(lambda: ch.queue_declare(q, passive=True).method.message_count == 200,
+        wait_until(lambda: ch.queue_declare(q, passive=True).method.message_count == 200,
                    what="200 messages from 200 channels")
         bodies = []
         for _ in range(200):

@@ -19,28 +19,19 @@ broker under test is RabbitMQ.  The documented differences:
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 import pika
 import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from .support import FRAME_METHOD, BrokerEndpoint, eventually, unique
+from tests.waiting import wait_until
+
+from .support import FRAME_METHOD, BrokerEndpoint, unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30, func_only=True)]
 deltamq_only = pytest.mark.deltamq_only
-
-
-@pytest.fixture
-def conn(broker: BrokerEndpoint) -> Iterator[pika.BlockingConnection]:
-    with broker.pika() as c:
-        yield c
-
-
-@pytest.fixture
-def ch(conn: pika.BlockingConnection) -> BlockingChannel:
-    return conn.channel()
 
 
 def drain(ch: BlockingChannel, q: str) -> list[bytes]:
@@ -57,7 +48,7 @@ def declare(ch: BlockingChannel, arguments: dict[str, Any], **kw: Any) -> str:
 
 
 def get_one(ch: BlockingChannel, q: str, auto_ack: bool = False) -> tuple[Any, Any, bytes]:
-    return eventually(lambda: (m := ch.basic_get(q, auto_ack=auto_ack))[0] is not None and m,
+    return wait_until(lambda: (m := ch.basic_get(q, auto_ack=auto_ack))[0] is not None and m,
                       what=f"a message on {q}")
 
 
@@ -83,7 +74,7 @@ def deliveries_until_dead_lettered(ch: BlockingChannel, q: str, dlq: str,
             if d[0] is not None:
                 return "dead-letter queue", d
             return None
-        place, (method, props, _) = eventually(where_is_it, what="the message somewhere")
+        place, (method, props, _) = wait_until(where_is_it, what="the message somewhere")
         if place == "dead-letter queue":
             return deliveries, props
         deliveries += 1
@@ -263,11 +254,11 @@ def test_prefetch_size_limits_unacked_bytes(conn: pika.BlockingConnection,
     ch.basic_qos(prefetch_size=1000)
     got: list[Any] = []
     ch.basic_consume(q, lambda c, m, p, b: got.append((m, b)))
-    eventually(lambda: conn.process_data_events(0.05) or len(got) >= 2)
+    wait_until(lambda: conn.process_data_events(0.05) or len(got) >= 2)
     conn.process_data_events(0.4)
     assert [b[:1] for _, b in got] == [b"0", b"1"]  # a third 400 bytes would exceed 1000
     ch.basic_ack(got[0][0].delivery_tag)
-    eventually(lambda: conn.process_data_events(0.05) or len(got) >= 3)
+    wait_until(lambda: conn.process_data_events(0.05) or len(got) >= 3)
     conn.process_data_events(0.4)
     assert [b[:1] for _, b in got] == [b"0", b"1", b"2"]
     ch.basic_ack(got[-1][0].delivery_tag, multiple=True)

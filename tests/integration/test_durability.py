@@ -169,7 +169,7 @@ async def _traffic(port: int, queue: str, counter: list[int], sent: set[bytes], 
             acked.update(taken)
             in_doubt.difference_update(taken)
             if not taken:
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(0.01)       # an empty queue: back off before the next get
 
     tasks = [asyncio.create_task(produce()), asyncio.create_task(consume())]
     await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
@@ -196,7 +196,7 @@ def test_sigkill_under_load_loses_no_confirmed_message_and_resurrects_no_acked_o
         async def run() -> None:
             traffic = asyncio.create_task(_traffic(own_broker.amqp_port, "crash", counter, sent, confirmed,
                                                    acked, in_doubt, stop))
-            await asyncio.sleep(rng.uniform(1.0, 2.5))
+            await asyncio.sleep(rng.uniform(1.0, 2.5))   # traffic runs for a random while (the test)
             assert own_broker.proc is not None
             os.killpg(own_broker.proc.pid, signal.SIGKILL)   # mid-traffic, no warning
             await asyncio.wait_for(traffic, 30)

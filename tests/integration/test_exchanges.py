@@ -4,27 +4,16 @@ types' routing, exchange-to-exchange bindings, alternate and internal exchanges.
 from __future__ import annotations
 
 import random
-from typing import Any, Iterator
+from typing import Any
 
 import pika
 import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from .support import BrokerEndpoint, unique
+from .support import unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30, func_only=True)]
-
-
-@pytest.fixture
-def conn(broker: BrokerEndpoint) -> Iterator[pika.BlockingConnection]:
-    with broker.pika() as c:
-        yield c
-
-
-@pytest.fixture
-def ch(conn: pika.BlockingConnection) -> BlockingChannel:
-    return conn.channel()
 
 
 def drain(ch: BlockingChannel, queue: str) -> list[bytes]:

@@ -5,27 +5,18 @@ RabbitMQ way: priorities, TTLs, queue expiry, length limits, dead lettering
 from __future__ import annotations
 
 import time
-from typing import Any, Iterator
+from typing import Any
 
 import pika
 import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from .support import BrokerEndpoint, eventually, unique
+from tests.waiting import wait_until
+
+from .support import BrokerEndpoint, unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30, func_only=True)]
-
-
-@pytest.fixture
-def conn(broker: BrokerEndpoint) -> Iterator[pika.BlockingConnection]:
-    with broker.pika() as c:
-        yield c
-
-
-@pytest.fixture
-def ch(conn: pika.BlockingConnection) -> BlockingChannel:
-    return conn.channel()
 
 
 def declare(ch: BlockingChannel, **arguments: Any) -> str:
@@ -42,7 +33,7 @@ def drain(ch: BlockingChannel, q: str) -> list[bytes]:
 
 
 def get_one(ch: BlockingChannel, q: str, timeout: float = 5.0) -> tuple[Any, Any, bytes]:
-    return eventually(lambda: (m := ch.basic_get(q, auto_ack=True))[0] is not None and m,
+    return wait_until(lambda: (m := ch.basic_get(q, auto_ack=True))[0] is not None and m,
                       timeout, what=f"a message on {q}")
 
 
@@ -85,7 +76,7 @@ def test_priority_queue_consumer_and_requeue(conn: pika.BlockingConnection,
     ch.basic_nack(method.delivery_tag, requeue=True)  # goes back ahead of lower priorities
     got: list[bytes] = []
     ch.basic_consume(q, lambda c, m, p, b: got.append(b), auto_ack=True)
-    eventually(lambda: conn.process_data_events(0.05) or len(got) == 3)
+    wait_until(lambda: conn.process_data_events(0.05) or len(got) == 3)
     assert got == [b"high", b"mid", b"low"]
     cleanup(conn, q)
 
@@ -96,11 +87,12 @@ def test_queue_message_ttl(conn: pika.BlockingConnection, ch: BlockingChannel) -
     q = declare(ch, x_message_ttl=200)
     ch.basic_publish("", q, b"old-1")
     ch.basic_publish("", q, b"old-2")
-    time.sleep(0.5)
+    wait_until(lambda: ch.queue_declare(q, passive=True).method.message_count == 0, 5,
+               what="both old messages expired")
     ch.basic_publish("", q, b"fresh")
     assert drain(ch, q) == [b"fresh"]
     ch.basic_publish("", q, b"will expire")
-    eventually(lambda: ch.queue_declare(q, passive=True).method.message_count == 0, 5,
+    wait_until(lambda: ch.queue_declare(q, passive=True).method.message_count == 0, 5,
                what="expired message removed from the count")
     cleanup(conn, q)
 
@@ -109,7 +101,9 @@ def test_per_message_expiration(conn: pika.BlockingConnection, ch: BlockingChann
     q = declare(ch)
     for body, exp in (("a", "100"), ("b", None), ("c", "100"), ("d", "60000"), ("e", "0")):
         ch.basic_publish("", q, body.encode(), pika.BasicProperties(expiration=exp))
-    time.sleep(0.4)
+    # the 100 ms expirations run out (what is tested; expired messages that are not at
+    # the head stay counted until a get reaches them, so there is nothing to poll)
+    time.sleep(0.3)
     got = []
     while (m := ch.basic_get(q, auto_ack=True))[0] is not None:
         got.append((m[2], m[1].expiration))
@@ -122,7 +116,8 @@ def test_shorter_of_queue_and_message_ttl_applies(conn: pika.BlockingConnection,
     q = declare(ch, x_message_ttl=150)
     ch.basic_publish("", q, b"long", pika.BasicProperties(expiration="60000"))
     ch.basic_publish("", q, b"short", pika.BasicProperties(expiration="10"))
-    time.sleep(0.4)
+    wait_until(lambda: ch.queue_declare(q, passive=True).method.message_count == 0, 5,
+               what="both messages expired by the queue's TTL")
     assert drain(ch, q) == []
     cleanup(conn, q)
 
@@ -140,7 +135,7 @@ def test_queue_expires_when_unused(conn: pika.BlockingConnection, ch: BlockingCh
             assert e.reply_code == 404
             return True
     # every queue.declare, even passive, renews the lease: look less often than x-expires
-    eventually(gone, 6, interval=1.0, what="queue with x-expires=300 deleted")
+    wait_until(gone, 6, interval=1.0, what="queue with x-expires=300 deleted")
     ch.queue_declare(kept, passive=True)
     ch.basic_cancel(tag)
     cleanup(conn, kept)
@@ -215,7 +210,7 @@ def test_dead_letter_on_reject_with_routing_key(conn: pika.BlockingConnection,
 
 
 def get_one_ack(ch: BlockingChannel, q: str) -> tuple[Any, Any, bytes]:
-    return eventually(lambda: (m := ch.basic_get(q))[0] is not None and m, what=f"message on {q}")
+    return wait_until(lambda: (m := ch.basic_get(q))[0] is not None and m, what=f"message on {q}")
 
 
 def test_dead_letter_on_nack_keeps_original_routing_key(conn: pika.BlockingConnection,
@@ -253,7 +248,7 @@ def test_unacked_message_past_its_ttl_expires_when_requeued(conn: pika.BlockingC
     q = declare(ch, x_message_ttl=200, x_dead_letter_exchange=dlx)
     ch.basic_publish("", q, b"held too long")
     tag = get_one_ack(ch, q)[0].delivery_tag  # TTL does not run out while we hold it ...
-    time.sleep(0.5)
+    time.sleep(0.3)                           # the 200 ms TTL runs out (what is tested) ...
     ch.basic_nack(tag, requeue=True)          # ... but back in the queue it is already dead
     dm, props, body = get_one(ch, dlq)
     assert body == b"held too long" and _death(props)[0]["reason"] == "expired"
@@ -330,13 +325,13 @@ def test_single_active_consumer_failover(broker: BrokerEndpoint) -> None:
             a_conn.process_data_events(0.05)
             b_conn.process_data_events(0.05)
             return False
-        eventually(lambda: pump() or len(a_got) == 3, what="A gets everything")
+        wait_until(lambda: pump() or len(a_got) == 3, what="A gets everything")
         pump()
         assert [b for _, b in a_got] == [b"m1", b"m2", b"m3"] and b_got == []
         a_ch.basic_ack(a_got[0][0].delivery_tag)   # m2, m3 stay unacked on A
         a_conn.close()                               # B takes over, m2 and m3 first
         setup.basic_publish("", q, b"m4")
-        eventually(lambda: b_conn.process_data_events(0.05) or len(b_got) == 3,
+        wait_until(lambda: b_conn.process_data_events(0.05) or len(b_got) == 3,
                    what="B gets the rest after failover")
         assert [b for _, b in b_got] == [b"m2", b"m3", b"m4"]
         assert [m.redelivered for m, _ in b_got] == [True, True, False]

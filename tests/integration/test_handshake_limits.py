@@ -24,7 +24,9 @@ import pytest
 from pamqp import commands
 
 from .conftest import DeltaMQProcess
-from .support import PROTOCOL_HEADER_0_9_1, BrokerEndpoint, RawAMQP, eventually, unique
+from tests.waiting import wait_until
+
+from .support import PROTOCOL_HEADER_0_9_1, BrokerEndpoint, RawAMQP, unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -43,7 +45,7 @@ def _own_broker(*args: str, open_files: int | None = None) -> DeltaMQProcess:
     proc.start()
     # the port accepts before the broker has finished starting (management, journals):
     # descriptors counted or used up before then would be another process's
-    eventually(lambda: _log_lines(proc, r"DeltaMQ \S+ ready"), timeout=60, what="the broker ready")
+    wait_until(lambda: _log_lines(proc, r"DeltaMQ \S+ ready"), timeout=60, what="the broker ready")
     return proc
 
 
@@ -177,12 +179,12 @@ def test_two_thousand_header_only_sockets_are_closed_and_descriptors_return() ->
         started = time.monotonic()
         sockets = [_socket(proc, source=f"127.1.0.{i // per_address + 1}",
                            send=PROTOCOL_HEADER_0_9_1) for i in range(count)]
-        held = eventually(lambda: _descriptors(proc) >= baseline + count and _descriptors(proc),
+        held = wait_until(lambda: _descriptors(proc) >= baseline + count and _descriptors(proc),
                           timeout=8, what="every socket accepted")
         for s in sockets:
             assert _until_closed(s, 40)[:1] == b"\x01"       # connection.start, then the end
         closed = time.monotonic() - started
-        after = eventually(lambda: _descriptors(proc) <= baseline and _descriptors(proc),
+        after = wait_until(lambda: _descriptors(proc) <= baseline and _descriptors(proc),
                            timeout=10, what="the broker's descriptors back to the baseline")
         print(f"\nbroker descriptors: {baseline} before, {held} with {count} header-only"
               f" sockets, {after} after the open timeout; all closed {closed:.1f} s after the"
@@ -203,7 +205,7 @@ def test_accepting_goes_on_after_the_broker_runs_out_of_descriptors() -> None:
     try:
         for _ in range(300):                 # more than the broker has descriptors for
             sockets.append(_socket(proc))
-        eventually(lambda: _descriptors(proc) >= 250, timeout=10, what="the broker out of descriptors")
+        wait_until(lambda: _descriptors(proc) >= 250, timeout=10, what="the broker out of descriptors")
         # the silent ones time out, descriptors free up, the broker accepts again
         try:
             conn = pika.BlockingConnection(pika.ConnectionParameters(

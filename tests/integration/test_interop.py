@@ -29,17 +29,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(60, func_only=True)]
 deltamq_only = pytest.mark.deltamq_only
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def ch(broker: BrokerEndpoint) -> Iterator[BlockingChannel]:
-    with broker.pika() as conn:
-        yield conn.channel()
-
-
 # -- unbind of what is gone ---------------------------------------------------------------------
 
 @pytest.mark.anyio

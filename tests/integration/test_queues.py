@@ -3,22 +3,16 @@ auto-delete), bind/unbind, purge, delete (if-unused, if-empty), declare-ok count
 
 from __future__ import annotations
 
-from typing import Iterator
 
 import pika
 import pika.exceptions
 import pytest
-from pika.adapters.blocking_connection import BlockingChannel
 
-from .support import BrokerEndpoint, eventually, unique
+from tests.waiting import wait_until
+
+from .support import BrokerEndpoint, unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30, func_only=True)]
-
-
-@pytest.fixture
-def conn(broker: BrokerEndpoint) -> Iterator[pika.BlockingConnection]:
-    with broker.pika() as c:
-        yield c
 
 
 def test_server_named_queues(conn: pika.BlockingConnection) -> None:
@@ -37,7 +31,7 @@ def test_passive_declare(conn: pika.BlockingConnection) -> None:
     ch.queue_declare(q, auto_delete=True)
     ch.basic_publish("", q, b"1")
     ch.basic_publish("", q, b"2")
-    ok = eventually(lambda: (m := ch.queue_declare(q, passive=True).method).message_count == 2 and m)
+    ok = wait_until(lambda: (m := ch.queue_declare(q, passive=True).method).message_count == 2 and m)
     assert (ok.queue, ok.message_count, ok.consumer_count) == (q, 2, 0)
     missing = unique("q.missing")
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
@@ -53,7 +47,7 @@ def test_declare_ok_counts_ready_messages_and_consumers(conn: pika.BlockingConne
     ch.queue_declare(q, auto_delete=True)
     for i in range(5):
         ch.basic_publish("", q, str(i).encode())
-    eventually(lambda: ch.queue_declare(q, passive=True).method.message_count == 5)
+    wait_until(lambda: ch.queue_declare(q, passive=True).method.message_count == 5)
     consumers = []
     for _ in range(2):
         c = conn.channel()
@@ -61,7 +55,7 @@ def test_declare_ok_counts_ready_messages_and_consumers(conn: pika.BlockingConne
         c.basic_consume(q, lambda *a: None)  # never acks: one unacked message each
         consumers.append(c)
     conn.process_data_events(0.2)
-    ok = eventually(lambda: (m := ch.queue_declare(q, passive=True).method).message_count == 3 and m,
+    ok = wait_until(lambda: (m := ch.queue_declare(q, passive=True).method).message_count == 3 and m,
                     what="2 of 5 messages held unacked by 2 consumers")
     assert ok.consumer_count == 2
     # a non-passive equivalent redeclare reports the same
@@ -139,7 +133,7 @@ def test_exclusive_queue_is_locked_to_its_connection(broker: BrokerEndpoint) -> 
             except pika.exceptions.ChannelClosedByBroker as e:
                 assert e.reply_code == 404
                 return True
-        eventually(gone, what="exclusive queue deleted when its owner closed")
+        wait_until(gone, what="exclusive queue deleted when its owner closed")
 
 
 def test_auto_delete_queue_goes_with_its_last_consumer(conn: pika.BlockingConnection) -> None:
@@ -161,7 +155,7 @@ def test_auto_delete_queue_goes_with_its_last_consumer(conn: pika.BlockingConnec
         except pika.exceptions.ChannelClosedByBroker as e:
             assert e.reply_code == 404
             return True
-    eventually(gone, what="auto-delete queue deleted after its last consumer")
+    wait_until(gone, what="auto-delete queue deleted after its last consumer")
 
 
 def test_bind_and_unbind(conn: pika.BlockingConnection) -> None:
@@ -240,7 +234,7 @@ def test_delete_if_unused_and_if_empty(conn: pika.BlockingConnection) -> None:
         ch.queue_delete(q2, if_empty=True)
     assert info.value.reply_code == 406
     ch = conn.channel()
-    eventually(lambda: ch.queue_declare(q2, passive=True).method.message_count == 1)
+    wait_until(lambda: ch.queue_declare(q2, passive=True).method.message_count == 1)
     assert ch.basic_get(q2, auto_ack=True)[2] == b"not empty"
     assert ch.queue_delete(q2, if_empty=True).method.message_count == 0
     consumer.close()

@@ -15,6 +15,7 @@ from broker.messaging.message import Message, MessageProperties
 from broker.messaging.namespace import Namespace
 from broker.protocol.amqp0_9_1.properties import CODEC, encode_properties
 from lakehouse.journal import DeltaMessageJournal
+from tests.waiting import wait_until_async
 
 
 def persistent(body: bytes, **props: Any) -> Message:
@@ -164,7 +165,8 @@ def test_a_writer_process_that_dies_fails_its_group_and_is_replaced(tmp_path: Pa
         q.enqueue(persistent(b"lost"))
         first = journal.pending
         assert first is not None
-        await asyncio.sleep(0.1)                      # handed off to the frozen writer
+        await wait_until_async(lambda: journal.figures.in_flight_since is not None,
+                               what="the group handed off to the frozen writer")
         os.kill(writer.pid, signal.SIGKILL)
         done = asyncio.Event()
         first.when_durable(done.set)

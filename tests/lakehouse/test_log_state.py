@@ -14,6 +14,7 @@ from deltalake import DeltaTable
 from lakehouse.delta_table import AppendOnlyTable
 from lakehouse.log_state import CHECKPOINT_SCHEMA, LogState, parse_interval_ms
 from lakehouse.maintenance import TableMaintenance
+from tests.waiting import wait_until
 
 SCHEMA = pa.schema([pa.field("message_id", pa.int64(), nullable=False), pa.field("body", pa.binary())])
 
@@ -82,7 +83,7 @@ def test_expired_tombstones_are_left_out_of_the_checkpoint(tmp_path: Path) -> No
     assert maintenance.compact() == 4
     state = maintenance.log_state()
     assert len(state.removes) == 4
-    time.sleep(1.1)
+    time.sleep(1.1)                          # the 1 s tombstone retention runs out (what is tested)
     table.append(batch(40, 1))
     maintenance.checkpoint()
     checkpoint = pq.read_table(table.path / "_delta_log" / f"{table.version:020d}.checkpoint.parquet")
@@ -108,19 +109,24 @@ def test_the_upkeep_process_checkpoints_on_request_and_is_replaced_when_it_dies(
     upkeep = UpkeepProcess(table.path, 168, 1)
     log_dir = table.path / "_delta_log"
 
-    def checkpointed(version: int, timeout: float = 60.0) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if (log_dir / f"{version:020d}.checkpoint.parquet").exists():
+    def checkpointed(version: int) -> bool:
+        checkpoint = log_dir / f"{version:020d}.checkpoint.parquet"
+
+        def written() -> bool:
+            if checkpoint.exists():
                 return True
             upkeep.checkpoint_due()
-            time.sleep(0.2)
-        return False
+            return False
+        return bool(wait_until(written, 60, interval=0.2, what=f"the checkpoint of version {version}"))
+
+    def exited(pid: int) -> bool:   # without reaping it: the upkeep notices by itself
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
     try:
         assert checkpointed(table.version)
         os.kill(upkeep.pid, signal.SIGKILL)
-        time.sleep(0.5)
+        pid = upkeep.pid
+        wait_until(lambda: exited(pid), what="the killed upkeep process to exit")
         table.append(batch(100, 1))
         assert checkpointed(table.version)               # by a new process
         assert upkeep.starts == 2

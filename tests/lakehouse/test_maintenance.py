@@ -101,7 +101,7 @@ def test_files_stay_for_the_retention_after_their_tombstones_expire(tmp_path: Pa
         _age(path, 2)                              # written two hours ago ...
     maintenance = TableMaintenance(table, compact_min_files=2, retention_hours=1)
     assert maintenance.compact() == 4              # ... removed now
-    time.sleep(1.1)
+    time.sleep(1.1)                                # the 1 s tombstone retention runs out
     maintenance.checkpoint()
     checkpoint = pq.read_table(next((table.path / "_delta_log").glob("*.checkpoint.parquet")))
     assert checkpoint.column("remove").null_count == checkpoint.num_rows   # tombstones expired
@@ -111,7 +111,7 @@ def test_files_stay_for_the_retention_after_their_tombstones_expire(tmp_path: Pa
     table.append(batch(10, 1))
     fresh = TableMaintenance(table, compact_min_files=2, retention_hours=1)
     assert fresh.compact() == 2                    # the compacted file and the new one
-    time.sleep(1.1)
+    time.sleep(1.1)                                # ... and again
     fresh.checkpoint()
     restarted = TableMaintenance(table, retention_hours=1)
     assert restarted.vacuum_local() == 4           # the four old files; the two just removed stay

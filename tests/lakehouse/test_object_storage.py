@@ -33,6 +33,7 @@ from lakehouse.config_store import DeltaConfigurationStore
 from lakehouse.delta_table import AppendOnlyTable
 from lakehouse.maintenance import TableMaintenance, table_files
 from lakehouse.termini_store import DeltaTerminusStore
+from tests.waiting import wait_until
 
 pytest.importorskip("moto.server")
 boto3 = pytest.importorskip("boto3")
@@ -209,9 +210,8 @@ def test_appends_racing_maintenance_thread_on_s3(s3: Any, caplog: pytest.LogCapt
     try:
         for i in range(30):
             table.append(batch(i * 2, 2))
-        deadline = time.monotonic() + 30
-        while not (maintenance.compactions and maintenance.checkpoints) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: maintenance.compactions and maintenance.checkpoints, 30,
+                   what="a compaction and a checkpoint in the background")
     finally:
         maintenance.close()
     assert maintenance.compactions >= 1 and maintenance.checkpoints >= 1

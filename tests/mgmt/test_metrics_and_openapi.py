@@ -11,7 +11,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker import __version__
-from tests.integration.support import BrokerEndpoint, eventually
+from tests.integration.support import BrokerEndpoint
+from tests.waiting import wait_until
 
 from .conftest import Api
 
@@ -96,11 +97,11 @@ def test_metric_values_follow_traffic(api: Api, amqp: BrokerEndpoint) -> None:
                                   pika.BasicProperties(delivery_mode=2, message_id=str(number)))
         channel.basic_qos(prefetch_count=2)
         channel.basic_consume(queue, lambda *args: None)
-        eventually(lambda: value(scrape(api), "deltamq_queue_messages_unacked", **labels) == 2,
+        wait_until(lambda: value(scrape(api), "deltamq_queue_messages_unacked", **labels) == 2,
                    what="two unacknowledged deliveries")
         during = scrape(api)
         consumers = value(during, "deltamq_consumers")
-    after = eventually(lambda: (lambda f: f if value(f, "deltamq_queue_messages_unacked",
+    after = wait_until(lambda: (lambda f: f if value(f, "deltamq_queue_messages_unacked",
                                                      **labels) == 0 else None)(scrape(api)),
                        what="the closed consumer's deliveries requeued")
     assert value(during, "deltamq_queue_messages_ready", **labels) == 3

@@ -20,7 +20,8 @@ import pytest
 from deltalake import DeltaTable
 
 from tests.integration.conftest import DeltaMQProcess
-from tests.integration.support import BrokerEndpoint, eventually
+from tests.integration.support import BrokerEndpoint
+from tests.waiting import wait_until
 
 from .conftest import Api, start_broker
 
@@ -200,7 +201,7 @@ def test_connection_session_consumer_are_listed_and_delete_closes_the_connection
         channel = connection.channel()
         channel.basic_consume(queue, lambda *a: None, consumer_tag=tag)
         # the virtual host lists the connections that opened it (Broker-J's getConnections)
-        found = eventually(lambda: [c for c in api.ok(api.get(
+        found = wait_until(lambda: [c for c in api.ok(api.get(
             "virtualhost/default/default/getConnections")) if c["clientId"] == tag],
             what="the connection")
         name = found[0]["name"]
@@ -228,7 +229,7 @@ def test_connection_session_consumer_are_listed_and_delete_closes_the_connection
             connection.process_data_events(time_limit=5)
             connection.process_data_events(time_limit=5)
         assert closed.value.reply_code == 320
-        eventually(lambda: api.get(f"connection/{path}").status_code == 404,
+        wait_until(lambda: api.get(f"connection/{path}").status_code == 404,
                    what="the connection gone from the model")
         assert api.ok(api.get(f"consumer/default/default/{queue}")) == []
         assert tag not in [c["clientId"] for c in api.ok(api.get(
@@ -244,14 +245,14 @@ def test_deleting_a_virtual_host_node_closes_the_connections_of_its_virtual_host
     api.ok(api.put(f"virtualhostnode/{node}", {"type": "memory"}), 201)
     connection = pika.BlockingConnection(amqp.pika_params(virtual_host=node))
     try:
-        eventually(lambda: api.ok(api.get(f"virtualhost/{node}/{node}"))["statistics"][
+        wait_until(lambda: api.ok(api.get(f"virtualhost/{node}/{node}"))["statistics"][
             "connectionCount"] == 1, what="the connection counted by its virtual host")
         api.ok(api.delete(f"virtualhostnode/{node}"))
         with pytest.raises(pika.exceptions.ConnectionClosed) as closed:
             connection.process_data_events(time_limit=5)
             connection.process_data_events(time_limit=5)
         assert closed.value.reply_code == 320
-        eventually(lambda: all(c["virtualHost"] != node for c in api.ok(api.get("connection"))),
+        wait_until(lambda: all(c["virtualHost"] != node for c in api.ok(api.get("connection"))),
                    what="the connection gone from its port")
     finally:
         if connection.is_open:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import httpx
 import pika
@@ -16,6 +15,7 @@ import pytest
 
 from tests.integration.conftest import DeltaMQProcess
 from tests.integration.support import BrokerEndpoint
+from tests.waiting import wait_until
 
 from .conftest import Api, start_broker, wait_for_http
 
@@ -26,13 +26,6 @@ PROVIDER = "passwordFile"
 
 def unique(kind: str) -> str:
     return f"{kind}-{uuid.uuid4().hex[:10]}"
-
-
-def eventually(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def refused(port: int) -> bool:
@@ -118,7 +111,7 @@ def test_http_port_created_over_rest_serves_management_until_deleted(
         other.ok(other.delete(f"port/{name}"))
     finally:
         other.close()
-    eventually(lambda: refused(bound), "the deleted HTTP port to stop listening")
+    wait_until(lambda: refused(bound), 10.0, what="the deleted HTTP port to stop listening")
     api.ok(api.get(f"port/{name}"), 404)
     assert api.ok(api.get("broker"))["state"] == "ACTIVE"     # the broker's own port serves on
 

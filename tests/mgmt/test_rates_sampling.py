@@ -185,6 +185,8 @@ def test_the_first_get_reports_the_rate_of_a_steady_publisher(api: Api,
         thread = threading.Thread(target=publisher)
         thread.start()
         try:
+            # the publisher runs steadily for a while before the first read (the case tested:
+            # background sampling already knows the rate then)
             time.sleep(2.5)
             shown_queue = api.ok(api.get(f"queue/{node}/{node}/{queue}"))["statistics"]
             shown_vhost = api.ok(api.get(f"virtualhost/{node}/{node}"))["statistics"]
