@@ -26,12 +26,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
 
 import pytest
 from pamqp import commands
+
+from tests.waiting import wait_until
 
 from .support import PROTOCOL_HEADER_0_9_1, BrokerEndpoint, RawAMQP
 
@@ -82,21 +83,24 @@ class DeltaMQProcess:
             self.proc = subprocess.Popen(self.command, cwd=REPO, env=env, stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True)
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"`{' '.join(self.command)}` exited with {self.proc.returncode}"
-                                   f" before accepting connections:\n{self.log_tail()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.amqp_port), timeout=1):
-                    return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"`{' '.join(self.command)}` did not accept AMQP connections on "
-                                   f"{self.amqp_port} within {STARTUP_TIMEOUT}s:\n{self.log_tail()}")
-            time.sleep(0.1)
+        try:
+            wait_until(self._accepting, STARTUP_TIMEOUT, interval=0.1, what="AMQP connections")
+        except AssertionError:
+            self.stop()
+            raise RuntimeError(f"`{' '.join(self.command)}` did not accept AMQP connections on "
+                               f"{self.amqp_port} within {STARTUP_TIMEOUT}s:\n{self.log_tail()}") from None
+
+    def _accepting(self) -> bool:
+        """True once the broker accepts on its AMQP port; raises if it exited first."""
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"`{' '.join(self.command)}` exited with {self.proc.returncode}"
+                               f" before accepting connections:\n{self.log_tail()}")
+        try:
+            with socket.create_connection(("127.0.0.1", self.amqp_port), timeout=1):
+                return True
+        except OSError:
+            return False
 
     def __enter__(self) -> DeltaMQProcess:
         self.start()

@@ -8,7 +8,6 @@ HTTP port answers.  :class:`Api` is a small httpx client for
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,22 +16,26 @@ import pytest
 
 from tests.integration.conftest import DeltaMQProcess
 from tests.integration.support import BrokerEndpoint
+from tests.waiting import wait_until
 
 STARTUP_TIMEOUT = 30.0
 GUEST = ("guest", "guest")
 
 
 def wait_for_http(process: DeltaMQProcess) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT
-    while True:
+    def answering() -> bool:
         try:
             httpx.get(f"http://127.0.0.1:{process.http_port}/metrics", timeout=2)
-            return
+            return True
         except httpx.TransportError:
-            if not process.alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"no HTTP management on {process.http_port}:\n"
+            if not process.alive():
+                raise RuntimeError(f"the broker exited before serving HTTP on {process.http_port}:\n"
                                    f"{process.log_tail()}") from None
-            time.sleep(0.1)
+            return False
+    try:
+        wait_until(answering, STARTUP_TIMEOUT, interval=0.1, what="HTTP management")
+    except AssertionError:
+        raise RuntimeError(f"no HTTP management on {process.http_port}:\n{process.log_tail()}") from None
 
 
 class Api:
