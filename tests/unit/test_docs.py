@@ -1,4 +1,4 @@
-"""README.md and docs/: every relative link resolves, and no internal reference leaks in.
+"""README.md, docs/ and the other READMEs: every relative link resolves, and no internal reference leaks in.
 
 The documentation is for users: it must not point at files that are not
 there, at headings that were renamed, or at how the project is developed
@@ -30,7 +30,9 @@ INTERNAL = [
 
 
 def _documents() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    """README.md, docs/ and the READMEs they link to (benchmarks, integration tests, notebooks)."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")),
+            *(ROOT / name / "README.md" for name in ("bench", "notebooks", "tests/integration"))]
 
 
 def _prose(text: str) -> str:
