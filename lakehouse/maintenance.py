@@ -38,7 +38,6 @@ delta-rs: checkpoints and vacuum as above, and compaction with delta-rs's own
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import threading
@@ -49,14 +48,12 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from deltalake import DeltaTable
-from deltalake.transaction import PostCommitHookProperties
 
-from .delta_table import AppendOnlyTable, Location
-from .log_state import LogState
+from .delta_table import AppendOnlyTable, table_files
+from .log_state import LogState, read_last_checkpoint
 from .version_checksum import checksum_file
 
-__all__ = ["TableMaintenance"]
+__all__ = ["TableMaintenance", "prune_checksum_files", "table_files", "write_synced"]
 
 log = logging.getLogger(__name__)
 
@@ -139,12 +136,18 @@ class TableMaintenance:
             self.vacuum()
 
     def log_state(self) -> LogState:
-        """The local table's state, brought up to date (read in full the first time)."""
+        """The local table's state, brought up to date (read in full the first time).
+
+        Raises :class:`~lakehouse.table_features.UnsupportedTable` once another
+        writer has turned the table into one DeltaMQ does not write correctly:
+        no round then touches it (the round is logged as failed and retried).
+        """
         if self._state is None:
             self._state = LogState(self.table.path)
             self._state.load()
         else:
             self._state.catch_up()
+        self.table.check(self._state)
         self.table.observe(self._state.version)     # the appender may be another process
         return self._state
 
@@ -191,9 +194,7 @@ class TableMaintenance:
     def compact(self) -> int:
         """Rewrite small files as one; the number of files replaced (0 when not worth it)."""
         if self.table.remote:
-            snapshot = self.table.delta_table()
-            files = pa.table(snapshot.get_add_actions(flatten=True)).select(["path", "size_bytes"])
-            return self._compact_remote(snapshot) if self._choose(files) else 0
+            return self._compact_remote() if self._choose(self.table.remote_files()) else 0
         state = self.log_state()
         files = pa.table({"path": list(state.adds), "size_bytes": [a["size"] for a in state.adds.values()]},
                          schema=pa.schema([("path", pa.string()), ("size_bytes", pa.int64())]))
@@ -222,13 +223,9 @@ class TableMaintenance:
         log.debug("compacted %d files (%d rows) of %s", len(chosen), rows.num_rows, path)
         return len(chosen)
 
-    def _compact_remote(self, snapshot: DeltaTable) -> int:
+    def _compact_remote(self) -> int:
         """``compact`` on object storage: delta-rs's ``optimize.compact()`` (one commit)."""
-        metrics = snapshot.optimize.compact(
-            target_size=self.target_file_size,
-            post_commithook_properties=PostCommitHookProperties(create_checkpoint=False,
-                                                                cleanup_expired_logs=False))
-        removed = int(metrics.get("numFilesRemoved", 0))
+        removed = self.table.compact_remote(self.target_file_size)
         if removed:
             self.compactions += 1
             self.files_compacted += removed
@@ -238,12 +235,10 @@ class TableMaintenance:
     def vacuum(self) -> None:
         """Delete files removed more than the retention ago, and expired log entries."""
         if self.table.remote:
-            snapshot = self.table.delta_table()
-            snapshot.vacuum(retention_hours=self.retention_hours, dry_run=False,
-                            enforce_retention_duration=False)
+            self.table.vacuum_remote(self.retention_hours)
         else:
             self.vacuum_local()
-        self.table.delta_table().cleanup_metadata()
+        self.table.cleanup_log()
         if not self.table.remote:
             prune_checksum_files(self.table.path / "_delta_log")
 
@@ -293,10 +288,10 @@ def prune_checksum_files(log_dir: Path) -> int:
     delta-rs's log clean-up leaves ``.crc`` files behind; the checkpoint round
     drops those it passes by name, this catches any it missed (one listing).
     """
-    try:
-        last = int(json.loads((log_dir / "_last_checkpoint").read_text())["version"])
-    except (OSError, ValueError, KeyError):
+    found = read_last_checkpoint(log_dir)
+    if found is None:
         return 0
+    last = int(found["version"])
     removed = 0
     for entry in os.scandir(log_dir):
         name = entry.name
@@ -329,7 +324,3 @@ def write_synced(rows: pa.Table, target: Path, *, compression: str) -> None:
         sink.flush()
         os.fsync(sink.fileno())
 
-
-def table_files(location: Location, storage_options: dict[str, str] | None = None) -> int:
-    """How many data files the current snapshot of the table at ``location`` references."""
-    return len(DeltaTable(str(location), storage_options=storage_options).file_uris())
