@@ -249,7 +249,12 @@ class LogState:
     # -- writing --------------------------------------------------------------------------
 
     def write_checkpoint(self) -> int:
-        """Write the checkpoint of :attr:`version` and point ``_last_checkpoint`` at it."""
+        """Write the checkpoint of :attr:`version` and point ``_last_checkpoint`` at it.
+
+        Not delta-rs's ``create_checkpoint``: it lists the whole ``_delta_log``
+        first, which took 1.9 s median with 20,896 entries there, against 45 ms
+        here (figures in :mod:`lakehouse.maintenance`).
+        """
         assert self.metadata is not None and self.protocol is not None, "load() first"
         cutoff = int(time.time() * 1000) - self.tombstone_retention_ms
         rows: list[dict[str, Any]] = [{"protocol": self.protocol}, {"metaData": _to_arrow_metadata(self.metadata)}]

@@ -75,10 +75,12 @@ def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime,
 
     ``state`` is the table's log as maintenance keeps it (read afresh without it).
     Why by hand and not delta-rs's ``DeltaTable.delete(predicate)``: its
-    commit removes files with ``dataChange=true``, which the table's
-    ``delta.appendOnly`` forbids and which stops every Spark stream reading
-    the journal (Delta Spark's streaming source), and its predicate would be the
-    whole query above, evaluated again on every file.
+    commit removes files with ``dataChange=true``, which stops every Spark
+    stream reading the journal (Delta Spark's streaming source fails on it),
+    and which the table's ``delta.appendOnly`` forbids: on a journal table
+    delta-rs 1.6 refuses with "The transaction includes Remove action with
+    data change but Delta table is append-only" (``python -m
+    bench.delta_maintenance``).
     """
     expired = expired_message_ids(table, cutoff)
     if not len(expired):
