@@ -84,6 +84,7 @@ import pyarrow.parquet as pq
 
 from .delta_table import AppendOnlyTable, table_files
 from .log_state import LogState, read_last_checkpoint
+from .table_features import UnsupportedTable
 from .version_checksum import checksum_file
 
 __all__ = ["TableMaintenance", "prune_checksum_files", "table_files", "write_synced"]
@@ -118,6 +119,8 @@ class TableMaintenance:
         self._checkpoint_due = False
         self._thread: threading.Thread | None = None
         self._last_vacuum = time.monotonic()
+        #: the refusal the last round met ("" when it ran): logged once, not every round
+        self._refused = ""
         # statistics
         self.checkpoints = 0
         self.compactions = 0
@@ -150,8 +153,16 @@ class TableMaintenance:
                 return
             try:
                 self.run_once()
+            except UnsupportedTable as exc:    # until someone puts the table right: say so once
+                if str(exc) != self._refused:
+                    log.error("maintenance of %s stopped: %s", self.table.uri, exc)
+                self._refused = str(exc)
             except Exception:              # maintenance must never take the broker down
                 log.exception("maintenance of %s failed; retrying later", self.table.uri)
+            else:
+                if self._refused:
+                    log.info("maintenance of %s resumed", self.table.uri)
+                self._refused = ""
             if self._checkpoint_due:       # held back by the interval: come back for it
                 self._stop.wait(self.min_checkpoint_interval)
 

@@ -8,6 +8,7 @@ table as it was.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from pathlib import Path
@@ -270,3 +271,32 @@ def test_delta_rs_reading_gives_the_same_verdict(tmp_path: Path) -> None:
     DeltaTable(str(path)).alter.add_constraint({"positive_id": "message_id >= 0"})
     with pytest.raises(UnsupportedTable, match="'checkConstraints'"):
         table._check_with_delta_rs(table.delta_table())
+
+
+def test_the_maintenance_thread_logs_a_refusal_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    table = AppendOnlyTable(tmp_path / "t", SCHEMA)
+    table.open()
+    table.append(batch(0))
+    maintenance = TableMaintenance(table, poll_interval=0.01)
+    rounds: list[int] = []
+    real_round = maintenance.run_once
+
+    def counted_round() -> None:
+        rounds.append(1)
+        real_round()
+
+    maintenance.run_once = counted_round  # type: ignore[method-assign]
+    enable_deletion_vectors(table)
+    with caplog.at_level(logging.INFO, logger="lakehouse.maintenance"):
+        maintenance.start()
+        try:
+            deadline = time.monotonic() + 30
+            while len(rounds) < 5 and time.monotonic() < deadline:
+                maintenance.checkpoint_due()
+                time.sleep(0.01)
+        finally:
+            maintenance.close()
+    assert len(rounds) >= 5
+    stopped = [r for r in caplog.records if "stopped" in r.getMessage()]
+    assert len(stopped) == 1 and "'deletionVectors'" in stopped[0].getMessage()
+    assert not (table.path / "_delta_log" / "_last_checkpoint").exists()
