@@ -27,6 +27,21 @@ shape it:
   vacuum and every read (QueryBuilder; the ``to_pyarrow_*`` readers can abort
   the process at exit: delta-rs issue 2184).
 
+Before the first write, and whenever another writer commits a change of the
+table's protocol or metadata, the table's protocol version and features are
+checked against those DeltaMQ writes correctly
+(:mod:`lakehouse.table_features`): a table Delta Spark has upgraded (deletion
+vectors, column mapping, constraints, ...) raises
+:class:`~lakehouse.table_features.UnsupportedTable` and is left untouched.
+On a local disk the log is read by :class:`~lakehouse.log_state.LogState`
+(the one reader of a local ``_delta_log``), on object storage by delta-rs.
+
+This module is the only one that imports ``deltalake`` (a test walks the
+sources to keep it so): maintenance and retention reach delta-rs through
+:class:`AppendOnlyTable` (:meth:`~AppendOnlyTable.compact_remote`,
+:meth:`~AppendOnlyTable.vacuum_remote`, :meth:`~AppendOnlyTable.cleanup_log`,
+:meth:`~AppendOnlyTable.remote_files`) and :func:`table_files`.
+
 Object storage
 --------------
 A table's location may also be a URI (``s3://bucket/prefix/table``; any
@@ -73,7 +88,8 @@ from deltalake.transaction import PostCommitHookProperties
 
 from broker import __version__
 
-from .log_state import LogState
+from .log_state import LogState, commit_file, read_commit
+from .table_features import UnsupportedTable, check_table
 from .version_checksum import TableChecksum
 
 log = logging.getLogger(__name__)
@@ -167,6 +183,9 @@ class AppendOnlyTable:
         self._checksum: TableChecksum | None = None
         self._checksum_lock = threading.Lock()
         self._deferred_checksum: tuple[int, list[dict[str, Any]]] | None = None
+        #: the table's protocol and metaData actions as last checked (None: not yet)
+        self._protocol: dict[str, Any] | None = None
+        self._metadata: dict[str, Any] | None = None
 
     @property
     def path(self) -> Path:
@@ -180,17 +199,37 @@ class AppendOnlyTable:
         return DeltaTable(self.uri, storage_options=self.storage_options)
 
     def open(self) -> None:
+        """Open the table (creating it if there is none), after checking DeltaMQ may write it.
+
+        Raises :class:`~lakehouse.table_features.UnsupportedTable` (and writes
+        nothing) for a table whose protocol or features DeltaMQ does not honour.
+        """
         if self.remote:
             # not DeltaTable.is_deltatable: in delta-rs 1.6 it holds the GIL during its I/O,
             # stalling every other thread (the event loop) for a round trip to the store
             try:
-                self._version = int(self.delta_table().version())
-                return
+                handle = self.delta_table()
             except TableNotFoundError:
                 pass
+            else:
+                self._check_with_delta_rs(handle)
+                self._version = int(handle.version())
+                return
         elif DeltaTable.is_deltatable(self.uri):
-            self._version = int(self.delta_table().version())
-            self._start_checksums()
+            try:
+                state = self._local_state()
+            except UnsupportedTable:
+                raise
+            except (OSError, ValueError) as exc:
+                # a log LogState cannot read (a multi-part checkpoint): delta-rs reads it
+                log.warning("%s: no checksum files will be written (%s)", self.name, exc)
+                handle = self.delta_table()
+                self._check_with_delta_rs(handle)
+                self._version = int(handle.version())
+                self._checksum = None
+                return
+            self._version = state.version
+            self._start_checksums(state)
             return
         if self._path is not None:
             self._path.mkdir(parents=True, exist_ok=True)
@@ -205,8 +244,42 @@ class AppendOnlyTable:
                         })
         if self._path is not None:
             self._fsync_commit(0)
+            self._start_checksums(self._local_state())
         self._version = 0
-        self._start_checksums()
+
+    def _local_state(self) -> LogState:
+        """The local table's log, read in full, its protocol and features checked."""
+        state = LogState(self.path)
+        state.load()
+        self.check(state)
+        return state
+
+    def check(self, state: LogState) -> None:
+        """Raise :class:`UnsupportedTable` unless DeltaMQ writes the table ``state`` read correctly.
+
+        Cheap when nothing changed: the protocol and metadata are only checked
+        again when they are other actions than those last checked.
+        """
+        if state.deletion_vectors or state.protocol is not self._protocol \
+                or state.metadata is not self._metadata:
+            check_table(self.name, self.uri, state.protocol, state.metadata,
+                        deletion_vectors=state.deletion_vectors > 0)
+            self._protocol, self._metadata = state.protocol, state.metadata
+
+    def _check_with_delta_rs(self, handle: DeltaTable) -> None:
+        """:meth:`check` from what delta-rs read (object storage, or a log LogState cannot read)."""
+        versions = handle.protocol()
+        protocol: dict[str, Any] = {"minReaderVersion": versions.min_reader_version,
+                                    "minWriterVersion": versions.min_writer_version,
+                                    "readerFeatures": versions.reader_features,
+                                    "writerFeatures": versions.writer_features}
+        metadata = {"configuration": dict(handle.metadata().configuration),
+                    "schemaString": handle.schema().to_json()}
+        features = set(versions.reader_features or ()) | set(versions.writer_features or ())
+        # only a table that allows deletion vectors can have them: read them only then
+        with_vectors = "deletionVectors" in features and \
+            pa.table(handle.deletion_vectors()).num_rows > 0
+        check_table(self.name, self.uri, protocol, metadata, deletion_vectors=with_vectors)
 
     @property
     def version(self) -> int:
@@ -333,12 +406,12 @@ class AppendOnlyTable:
             version = self._version + 1
         try:
             while True:
-                target = log_dir / f"{version:020d}.json"
+                target = commit_file(log_dir, version)
                 try:
                     os.link(temp, target)
                     break
                 except FileExistsError:
-                    self._check_winner(target)
+                    self._check_winner(version)
                     version += 1
         finally:
             os.unlink(temp)
@@ -360,17 +433,9 @@ class AppendOnlyTable:
         if deferred is not None:
             self._write_checksum(*deferred)
 
-    def _start_checksums(self) -> None:
-        """Read the table's log once, to write a checksum file with each commit from now on."""
-        if self._path is None:
-            return
-        state = LogState(self._path)
-        try:
-            state.load()
-            self._checksum = TableChecksum.of(state)
-        except (OSError, ValueError) as exc:
-            log.warning("%s: no checksum files will be written (%s)", self.name, exc)
-            self._checksum = None
+    def _start_checksums(self, state: LogState) -> None:
+        """Write a checksum file with each commit from now on, starting from ``state``."""
+        self._checksum = TableChecksum.of(state)
 
     def _write_checksum(self, version: int, actions: list[dict[str, Any]]) -> None:
         """Write ``<version>.crc`` (see :mod:`lakehouse.version_checksum`); never fails a commit."""
@@ -387,13 +452,32 @@ class AppendOnlyTable:
                             version, exc)
                 self._checksum = None
 
-    def _check_winner(self, commit: Path) -> None:
-        """Another writer committed this version first: fine unless it changed schema or protocol."""
-        for line in commit.read_text().splitlines():
-            action = json.loads(line)
-            if "metaData" in action or "protocol" in action:
-                raise RuntimeError(f"{commit.name} changed the table's metadata or protocol while"
-                                   f" {self.name} was being appended to; re-open the table")
+    def _check_winner(self, version: int) -> None:
+        """Another writer committed ``version`` first: fine unless it changed the table under us.
+
+        A blind append conflicts with nothing but a change of protocol or
+        metadata.  One DeltaMQ does not write correctly (deletion vectors
+        enabled, a constraint added, ...) raises :class:`UnsupportedTable`; one
+        that drops or renames a column this table writes raises RuntimeError.
+        Anything else (a property changed, a nullable column added) is taken in.
+        """
+        protocol, metadata = self._protocol, self._metadata
+        vectors = False
+        for action in read_commit(self.path / "_delta_log", version):
+            protocol = action.get("protocol", protocol)
+            metadata = action.get("metaData", metadata)
+            vectors = vectors or bool((action.get("add") or {}).get("deletionVector"))
+        if protocol is self._protocol and metadata is self._metadata and not vectors:
+            return
+        check_table(self.name, self.uri, protocol, metadata, deletion_vectors=vectors)
+        if metadata is not self._metadata and metadata is not None:
+            fields = json.loads(metadata.get("schemaString") or "{}").get("fields") or ()
+            missing = set(self.schema.names) - {field.get("name") for field in fields}
+            if missing:
+                raise RuntimeError(f"version {version} of table {self.name} dropped or renamed"
+                                   f" column {', '.join(sorted(missing))} while it was being"
+                                   " appended to; re-open the table")
+        self._protocol, self._metadata = protocol, metadata
 
     def probe(self, size: int = PROBE_BYTES) -> None:
         """Write and fsync ``size`` bytes in the table's directory, then remove them.
@@ -421,6 +505,38 @@ class AppendOnlyTable:
         """Write a Delta checkpoint of the current version (delta-rs)."""
         self.delta_table().create_checkpoint()
 
+    # -- delta-rs's own table operations, for maintenance on object storage ---------------
+
+    def remote_files(self) -> pa.Table:
+        """The live files of the latest version (``path``, ``size_bytes``), as delta-rs reads them."""
+        snapshot = self.delta_table()
+        self._check_with_delta_rs(snapshot)
+        return pa.table(snapshot.get_add_actions(flatten=True)).select(["path", "size_bytes"])
+
+    def compact_remote(self, target_size: int) -> int:
+        """delta-rs's ``optimize.compact()`` (one commit, ``dataChange=false``); files removed."""
+        snapshot = self.delta_table()
+        self._check_with_delta_rs(snapshot)
+        metrics = snapshot.optimize.compact(
+            target_size=target_size,
+            post_commithook_properties=PostCommitHookProperties(create_checkpoint=False,
+                                                                cleanup_expired_logs=False))
+        return int(metrics.get("numFilesRemoved", 0))
+
+    def vacuum_remote(self, retention_hours: int) -> None:
+        """delta-rs's vacuum: delete the files removed more than ``retention_hours`` ago."""
+        snapshot = self.delta_table()
+        self._check_with_delta_rs(snapshot)
+        snapshot.vacuum(retention_hours=retention_hours, dry_run=False,
+                        enforce_retention_duration=False)
+
+    def cleanup_log(self) -> None:
+        """delta-rs's log clean-up: drop commits older than ``delta.logRetentionDuration``.
+
+        Only those before a checkpoint go, so every version still in the log stays readable.
+        """
+        self.delta_table().cleanup_metadata()
+
     def read(self, sql: str = "SELECT * FROM t") -> pa.Table:
         """Run ``sql`` over the table (named ``t``) and return the result."""
         table = self.delta_table()
@@ -430,19 +546,22 @@ class AppendOnlyTable:
 
     def _fsync_commit(self, version: int) -> None:
         log_dir = self.path / "_delta_log"
-        commit = log_dir / f"{version:020d}.json"
-        for line in commit.read_text().splitlines():
-            action: dict[str, Any] = json.loads(line)
+        for action in read_commit(log_dir, version):
             add = action.get("add")
             if add is not None:
                 fsync_path(self.path / unquote(add["path"]))   # paths in the log are URL-encoded
-        fsync_path(commit)
+        fsync_path(commit_file(log_dir, version))
         fsync_path(log_dir)
         fsync_path(self.path)
 
     def close(self) -> None:
         self._version = -1
         self._handle = None
+
+
+def table_files(location: Location, storage_options: dict[str, str] | None = None) -> int:
+    """How many data files the current snapshot of the table at ``location`` references."""
+    return len(DeltaTable(str(location), storage_options=storage_options).file_uris())
 
 
 def _millisecond_bounds(column: pa.ChunkedArray) -> tuple[str, str]:

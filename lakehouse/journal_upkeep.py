@@ -68,7 +68,7 @@ class JournalMaintenance(TableMaintenance):
         if not is_uri(self.table.uri):            # row retention rewrites files locally (not on S3 yet)
             advance_watermark(self.table)
             cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=self.history_hours)
-            purge_settled_history(self.table, cutoff)
+            purge_settled_history(self.table, cutoff, self.log_state())
         super().vacuum()
 
 

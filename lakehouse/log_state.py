@@ -18,6 +18,14 @@ unexpired ``remove`` actions (tombstones younger than the table's
 ``delta.deletedFileRetentionDuration``), in the column layout delta-rs and
 Delta Spark write and read, then ``_last_checkpoint``.  Single-file
 checkpoints only (what delta-rs and this module write).
+
+This module is the one reader of a local table's ``_delta_log``: everything
+else that needs a commit's actions (:func:`read_commit`: the appender
+checking a concurrent writer's commit, the checksum files following other
+writers) or the last checkpoint (:func:`read_last_checkpoint`) asks it.
+The table's protocol and features are checked (:mod:`lakehouse.table_features`)
+from the :attr:`LogState.protocol`, :attr:`LogState.metadata` and
+:attr:`LogState.deletion_vectors` it reads.
 """
 
 from __future__ import annotations
@@ -33,7 +41,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["LogState", "CHECKPOINT_SCHEMA", "parse_interval_ms"]
+__all__ = ["LogState", "CHECKPOINT_SCHEMA", "parse_interval_ms", "commit_file", "read_commit",
+           "read_last_checkpoint", "LAST_CHECKPOINT"]
+
+#: the file naming a table's newest checkpoint, in ``_delta_log``
+LAST_CHECKPOINT = "_last_checkpoint"
 
 _STRING_MAP = pa.map_(pa.string(), pa.string())
 _DELETION_VECTOR = pa.struct([
@@ -116,6 +128,27 @@ def parse_interval_ms(text: str) -> int:
     return int(match.group(1)) * _UNIT_MS[match.group(2).lower()]
 
 
+def commit_file(log_dir: Path, version: int) -> Path:
+    """The commit file of ``version`` in the log directory ``log_dir``."""
+    return log_dir / f"{version:020d}.json"
+
+
+def read_commit(log_dir: Path, version: int) -> list[dict[str, Any]]:
+    """The actions of commit ``version``, in order; FileNotFoundError when there is none."""
+    text = commit_file(log_dir, version).read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def read_last_checkpoint(log_dir: Path) -> dict[str, Any] | None:
+    """``_last_checkpoint`` (``version``, ``size``, ``parts``, ...); None when absent or unreadable."""
+    try:
+        last = json.loads((log_dir / LAST_CHECKPOINT).read_text())
+        int(last["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return last if isinstance(last, dict) else None
+
+
 def _pick(action: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
     return {name: action.get(name) for name in fields}
 
@@ -138,16 +171,15 @@ class LogState:
         self.protocol: dict[str, Any] | None = None
         self.txns: dict[str, dict[str, Any]] = {}
         self.checkpoint_version = -1
+        #: live files that carry a deletion vector (rows deleted without rewriting the file)
+        self.deletion_vectors = 0
 
     # -- reading --------------------------------------------------------------------------
 
     def load(self) -> None:
         """Read the table from its last checkpoint (if any) and the commits after it."""
         start = 0
-        try:
-            last = json.loads((self.log_dir / "_last_checkpoint").read_text())
-        except (OSError, ValueError):
-            last = None
+        last = read_last_checkpoint(self.log_dir)
         if last is not None and not last.get("parts"):
             checkpoint = self.log_dir / f"{int(last['version']):020d}.checkpoint.parquet"
             if checkpoint.exists():
@@ -174,22 +206,25 @@ class LogState:
         applied = 0
         while True:
             try:
-                text = (self.log_dir / f"{self.version + 1:020d}.json").read_text()
+                actions = read_commit(self.log_dir, self.version + 1)
             except FileNotFoundError:
                 return applied
-            for line in text.splitlines():
-                if line.strip():
-                    ((kind, action),) = json.loads(line).items()
+            for entry in actions:
+                for kind, action in entry.items():
                     self._apply(kind, action)
             self.version += 1
             applied += 1
 
     def _apply(self, kind: str, action: dict[str, Any]) -> None:
         if kind == "add":
+            self._forget_deletion_vector(action["path"])
             self.adds[action["path"]] = action
+            if action.get("deletionVector"):
+                self.deletion_vectors += 1
             self.removes.pop(action["path"], None)
             self.removed_at.pop(action["path"], None)
         elif kind == "remove":
+            self._forget_deletion_vector(action["path"])
             self.adds.pop(action["path"], None)
             self.removes[action["path"]] = action
             self.removed_at[action["path"]] = int(action.get("deletionTimestamp") or 0)
@@ -200,6 +235,11 @@ class LogState:
         elif kind == "txn":
             self.txns[action["appId"]] = action
 
+    def _forget_deletion_vector(self, path: str) -> None:
+        previous = self.adds.get(path)
+        if previous is not None and previous.get("deletionVector"):
+            self.deletion_vectors -= 1
+
     @property
     def tombstone_retention_ms(self) -> int:
         configuration = (self.metadata or {}).get("configuration") or {}
@@ -209,7 +249,12 @@ class LogState:
     # -- writing --------------------------------------------------------------------------
 
     def write_checkpoint(self) -> int:
-        """Write the checkpoint of :attr:`version` and point ``_last_checkpoint`` at it."""
+        """Write the checkpoint of :attr:`version` and point ``_last_checkpoint`` at it.
+
+        Not delta-rs's ``create_checkpoint``: it lists the whole ``_delta_log``
+        first, which took 1.9 s median with 20,896 entries there, against 45 ms
+        here (figures in :mod:`lakehouse.maintenance`).
+        """
         assert self.metadata is not None and self.protocol is not None, "load() first"
         cutoff = int(time.time() * 1000) - self.tombstone_retention_ms
         rows: list[dict[str, Any]] = [{"protocol": self.protocol}, {"metaData": _to_arrow_metadata(self.metadata)}]
@@ -230,7 +275,7 @@ class LogState:
                 "numOfAddFiles": len(self.adds)}
         temp = self.log_dir / f".deltamq-{uuid.uuid4()}.last_checkpoint.tmp"
         temp.write_text(json.dumps(last, separators=(",", ":")))
-        os.replace(temp, self.log_dir / "_last_checkpoint")
+        os.replace(temp, self.log_dir / LAST_CHECKPOINT)
         self.checkpoint_version = version
         return version
 

@@ -26,13 +26,15 @@ import logging
 import time
 import uuid
 
+from urllib.parse import unquote
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake import DeltaTable
 
 from .delta_table import AppendOnlyTable, fsync_path
 from .journal_schema import ENQUEUE, QUEUE_DELETED, SETTLE
+from .log_state import LogState
 
 __all__ = ["purge_settled_history", "expired_message_ids"]
 
@@ -67,34 +69,47 @@ def expired_message_ids(table: AppendOnlyTable, cutoff: dt.datetime) -> pa.Array
     return result.column("message_id").combine_chunks()
 
 
-def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime) -> int:
-    """Remove every row of messages that ended before ``cutoff``; the number of rows removed."""
+def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime,
+                          state: LogState | None = None) -> int:
+    """Remove every row of messages that ended before ``cutoff``; the number of rows removed.
+
+    ``state`` is the table's log as maintenance keeps it (read afresh without it).
+    Why by hand and not delta-rs's ``DeltaTable.delete(predicate)``: its
+    commit removes files with ``dataChange=true``, which stops every Spark
+    stream reading the journal (Delta Spark's streaming source fails on it),
+    and which the table's ``delta.appendOnly`` forbids: on a journal table
+    delta-rs 1.6 refuses with "The transaction includes Remove action with
+    data change but Delta table is append-only" (``python -m
+    bench.delta_maintenance``).
+    """
     expired = expired_message_ids(table, cutoff)
     if not len(expired):
         return 0
     newest = pc.max(expired).as_py()
-    snapshot = DeltaTable(str(table.path))
-    table.observe(int(snapshot.version()))             # the appender may be another process
-    files = pa.table(snapshot.get_add_actions(flatten=True))
-    names = files.column("path").to_pylist()
-    sizes = files.column("size_bytes").to_pylist()
-    lows = (files.column("min.message_id").to_pylist() if "min.message_id" in files.column_names
-            else [None] * len(names))
+    if state is None:
+        state = LogState(table.path)
+        state.load()
+    else:
+        state.catch_up()
+    table.check(state)
+    table.observe(state.version)                       # the appender may be another process
     removed_rows = 0
     removes: list[dict[str, object]] = []
     adds: list[dict[str, object]] = []
     now_ms = int(time.time() * 1000)
-    for name, size, low in zip(names, sizes, lows):
+    for name, add in list(state.adds.items()):
+        size = int(add.get("size") or 0)
+        low = (json.loads(add.get("stats") or "{}").get("minValues") or {}).get("message_id")
         if low is not None and low > newest:
             continue                                   # only younger messages in this file
-        keys = pq.read_table(table.path / name, columns=["message_id", "event"])
+        keys = pq.read_table(table.path / unquote(name), columns=["message_id", "event"])
         # queue_deleted markers stay: they are what keeps a deleted queue's messages away
         drop = pc.and_(pc.is_in(keys.column("message_id"), value_set=expired),
                        pc.not_equal(keys.column("event"), QUEUE_DELETED))
         dropped = pc.sum(drop).as_py() or 0
         if not dropped:
             continue
-        rows = pq.read_table(table.path / name, schema=table.schema).filter(pc.invert(drop))
+        rows = pq.read_table(table.path / unquote(name), schema=table.schema).filter(pc.invert(drop))
         removes.append({"path": name, "deletionTimestamp": now_ms, "dataChange": False,
                         "extendedFileMetadata": True, "partitionValues": {}, "size": size})
         if rows.num_rows:

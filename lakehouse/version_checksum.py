@@ -13,7 +13,7 @@ one only costs that job again.
 :class:`TableChecksum` keeps the figures a checksum holds -- the table's live
 files and their sizes, its protocol and metadata -- up to date from the
 commits themselves: its own, and any another writer made in between (the
-upkeep process's compactions), read by name from the log.  It starts from a
+upkeep process's compactions), read through :func:`~lakehouse.log_state.read_commit`.  It starts from a
 :class:`~lakehouse.log_state.LogState` of the table.
 
 A checksum is written atomically (a temporary file renamed into place) but
@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .log_state import LogState
+from .log_state import LogState, read_commit
 
 __all__ = ["TableChecksum", "checksum_file"]
 
@@ -62,8 +62,7 @@ class TableChecksum:
     def advance(self, version: int, actions: list[dict[str, Any]]) -> None:
         """Commit ``version`` holds ``actions``: apply the commits before it first, then them."""
         while self.version < version - 1:
-            text = (self.log_dir / f"{self.version + 1:020d}.json").read_text()
-            self._apply([json.loads(line) for line in text.splitlines() if line.strip()])
+            self._apply(read_commit(self.log_dir, self.version + 1))
             self.version += 1
         if version <= self.version:
             raise ValueError(f"version {version} is not after {self.version}")

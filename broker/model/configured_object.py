@@ -39,7 +39,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar, TypeVar
 
-from broker.errors import ConfigurationError
+from broker.errors import BrokerError, ConfigurationError
 from broker.model import registry
 from broker.model.attributes import Attribute, DerivedAttribute, attribute, convert, \
     declared_attributes, derived, derived_attributes, to_json
@@ -429,7 +429,9 @@ class ConfiguredObject:
             self._set_state(State.ERRORED)
             raise
         except Exception as exc:  # the broker keeps running without this object
-            log.error("%s could not be opened: %s", self.label, exc, exc_info=True)
+            # a deliberate error's text says it all; anything else gets its traceback
+            log.error("%s could not be opened: %s", self.label, exc,
+                      exc_info=not isinstance(exc, BrokerError))
             self.last_error = exc
             self._set_state(State.ERRORED)
             return

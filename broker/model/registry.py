@@ -2,16 +2,18 @@
 
 :data:`TREE` is the one place the category hierarchy is written down (Broker-J's
 ``BrokerModel``).  Category classes register themselves when defined; types
-(category specialisations chosen by the ``type`` attribute) and configuration
-stores are plugins found through Python entry points, with a built-in table
-so they work from a source checkout before the package is installed
-(Broker-J's ``ServiceLoader`` / ``@PluggableService``).
+(category specialisations chosen by the ``type`` attribute), configuration
+stores, management and commands are plugins found through Python entry points
+only (Broker-J's ``ServiceLoader`` / ``@PluggableService``): the broker names
+no module of ``lakehouse`` or ``mgmt``.  ``pyproject.toml`` declares them, so
+``pip install -e .`` (``make install``) registers them; an entry point names a
+module, which is imported from ``sys.path`` like any other (a checkout on
+``PYTHONPATH`` over an editable install of another one loads its own code).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
@@ -63,21 +65,6 @@ COMMAND_GROUP = "deltamq.commands"
 #: itself (a VirtualHostNode's type is the store it keeps its data in).
 TYPE_NAMED_BY: dict[str, str] = {"VirtualHostNode": STORE_GROUP}
 
-#: (entry point group, type) -> "module:attribute"; consulted when no
-#: installed distribution declares the entry point.
-BUILTIN_PLUGINS: dict[tuple[str, str], str] = {
-    ("deltamq.auth", "PasswordFile"):
-        "broker.security.password_file:PasswordFileAuthenticationProvider",
-    ("deltamq.auth", "Anonymous"): "broker.security.anonymous:AnonymousAuthenticationProvider",
-    ("deltamq.stores", "delta"): "lakehouse.config_store:DeltaConfigurationStore",
-    ("deltamq.commands", "sql"): "lakehouse.sql_command:add_command",
-    ("deltamq.commands", "ctl"): "mgmt.ctl:add_commands",
-    ("deltamq.ports", "AMQP"): "broker.model.port:AmqpPort",
-    ("deltamq.ports", "HTTP"): "broker.model.port:HttpPort",
-    ("deltamq.management", "HTTP"): "mgmt.plugin:HttpManagement",
-    ("deltamq.stores", "memory"): "broker.model.config_store:MemoryConfigurationStore",
-}
-
 _BASES: dict[str, type[ConfiguredObject]] = {}
 
 
@@ -112,12 +99,11 @@ class Category:
         return self.name.lower() + "s"
 
     def types(self) -> list[str]:
-        """Known specialisations (installed or built in), without importing them."""
+        """Known specialisations (installed entry points), without importing them."""
         group = TYPE_GROUPS.get(self.name) or TYPE_NAMED_BY.get(self.name)
         if group is None:
             return []
-        names = set(_entry_points(group)) | {t for g, t in BUILTIN_PLUGINS if g == group}
-        return sorted(names)
+        return sorted(_entry_points(group))
 
     def attributes(self, type_name: str | None = None) -> dict[str, Attribute[Any]]:
         cls = specialisation(self.name, type_name) if type_name else self.base
@@ -174,31 +160,26 @@ def specialisation(category_name: str, type_name: str | None) -> type[Configured
 
 
 def plugin_names(group: str) -> list[str]:
-    """Every plugin of entry point ``group``: installed ones and built-in ones."""
-    names = {name.lower(): name for name in _entry_points(group)}
-    for (g, name) in BUILTIN_PLUGINS:
-        if g == group:
-            names.setdefault(name.lower(), name)
-    return sorted(names.values())
+    """Every installed plugin of entry point ``group``."""
+    return sorted(_entry_points(group))
 
 
 def load_plugin(group: str, name: str, *, what: str) -> Any:
-    """Load plugin ``name`` of entry point ``group`` (case-insensitive name).
-
-    Installed entry points win over the built-in table, so a distribution can
-    replace a built-in implementation.
-    """
+    """Load plugin ``name`` of entry point ``group`` (case-insensitive name)."""
     installed = _entry_points(group)
     key = _match(name, installed)
-    if key is not None:
-        return installed[key].load()
-    builtin = {t: target for (g, t), target in BUILTIN_PLUGINS.items() if g == group}
-    key = _match(name, builtin)
     if key is None:
-        known = sorted(set(installed) | set(builtin))
-        raise ConfigurationError(f"unknown {what} '{name}'; known: {', '.join(known)}")
-    module_name, _, attribute = builtin[key].partition(":")
-    return getattr(importlib.import_module(module_name), attribute)
+        if not installed:
+            raise ConfigurationError(f"unknown {what} '{name}': no plugin of entry point group"
+                                     f" '{group}' is installed; install DeltaMQ (pip install -e .,"
+                                     " or make install) so its entry points are registered")
+        raise ConfigurationError(f"unknown {what} '{name}'; known: {', '.join(sorted(installed))}")
+    return installed[key].load()
+
+
+def forget_plugins() -> None:
+    """Read the entry points again on next use (after a distribution was installed at run time)."""
+    _entry_points.cache_clear()
 
 
 def _match(name: str, names: Iterable[str]) -> str | None:

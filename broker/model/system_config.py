@@ -28,13 +28,13 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from broker.errors import ConfigurationError
+from broker.errors import BrokerError, ConfigurationError
 from broker.model import system_store
 from broker.model.attributes import attribute
 from broker.model.broker import Broker, default_memory_high_watermark
 from broker.model.config_store import ConfigurationRecord, DurableConfigurationStore, \
     MemoryConfigurationStore
-from broker.model.configured_object import ConfiguredObject
+from broker.model.configured_object import ConfiguredObject, State
 from broker.model.confinement import DATA_DIR_VARIABLE, PATH_ROOTS_VARIABLE, parse_roots
 from broker.model.context import environment_value
 from broker.model.initial_config import DEFAULT_CONFIG_RESOURCE, REPOSITORY_CONFIG, \
@@ -282,6 +282,13 @@ def open_system(system: SystemConfig) -> None:
     """Open the store and the tree (the second half of :func:`load_system_config`)."""
     try:
         system.open()
+        if system.state is State.ERRORED:
+            # the root's store could not be opened (e.g. a Delta table DeltaMQ must not
+            # write): nothing runs without it, so say why rather than "no broker"
+            error = system.last_error
+            if isinstance(error, BrokerError):
+                raise error
+            raise ConfigurationError(f"{system.label} could not be opened: {error}") from error
     except BaseException:
         system.close()
         raise

@@ -2,13 +2,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from broker.model import DurableConfigurationStore, SystemConfig, load_system_config
+from broker.model import DurableConfigurationStore, SystemConfig, load_system_config, registry
 
 
 class FakeNamespace:
@@ -55,3 +55,28 @@ def load(tmp_path: Path) -> Loader:
                                   namespace_factory=FakeNamespace)
 
     return loader
+
+
+#: registers an entry point: (group, name, "module:attribute")
+PluginInstaller = Callable[[str, str, str], None]
+
+
+@pytest.fixture
+def install_plugin(tmp_path_factory: pytest.TempPathFactory,
+                   monkeypatch: pytest.MonkeyPatch) -> Iterator[PluginInstaller]:
+    """Register entry points the way an installed distribution does (a dist-info on sys.path)."""
+    site = tmp_path_factory.mktemp("site")
+    dist_info = site / "deltamq_test_plugins-0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: deltamq-test-plugins\nVersion: 0\n")
+    groups: dict[str, list[str]] = {}
+
+    def install(group: str, name: str, target: str) -> None:
+        groups.setdefault(group, []).append(f"{name} = {target}")
+        (dist_info / "entry_points.txt").write_text("".join(
+            f"[{g}]\n" + "\n".join(lines) + "\n\n" for g, lines in groups.items()))
+        registry.forget_plugins()
+
+    monkeypatch.syspath_prepend(str(site))
+    yield install
+    registry.forget_plugins()

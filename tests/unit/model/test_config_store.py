@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from broker.errors import ConfigurationError
-from broker.model import ConfigurationRecord, MemoryConfigurationStore, State, registry
+from broker.model import ConfigurationRecord, MemoryConfigurationStore, State
 from broker.model.config_store import DurableConfigurationStore, ordered
 from broker.model.persistence import records_from_tree
-from tests.unit.model.conftest import Loader, minimal_config
+from tests.unit.model.conftest import Loader, PluginInstaller, minimal_config
 
 
 def test_memory_store_round_trip_copies_records() -> None:
@@ -117,9 +117,8 @@ class BrokenStore(MemoryConfigurationStore):
 
 
 def test_node_whose_store_fails_is_errored_and_broker_runs(
-        load: Loader, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(registry.BUILTIN_PLUGINS, ("deltamq.stores", "broken"),
-                        f"{__name__}:BrokenStore")
+        load: Loader, install_plugin: PluginInstaller) -> None:
+    install_plugin("deltamq.stores", "broken", f"{__name__}:BrokenStore")
     config = minimal_config()
     config["virtualhostnodes"].append({"name": "bad", "type": "broken"})
     system = load(config)

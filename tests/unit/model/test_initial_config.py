@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 from broker.errors import ConfigurationError
-from broker.model import ConfigurationRecord, MemoryConfigurationStore, State, registry
+from broker.model import ConfigurationRecord, MemoryConfigurationStore, State
 from broker.model.config_store import ordered
 from broker.model.initial_config import DEFAULT_SOURCE, InitialConfiguration, Seeding, \
     read_initial_configuration, seed
 from broker.model.system_config import BUILTIN_CONTEXT, load_system_config
 from broker.model.system_store import clash, create_store
-from tests.unit.model.conftest import FakeNamespace, Loader, minimal_config
+from tests.unit.model.conftest import FakeNamespace, Loader, PluginInstaller, minimal_config
 
 
 def initial(**broker: Any) -> InitialConfiguration:
@@ -128,9 +128,8 @@ class DiskLikeStore:
 
 
 @pytest.fixture
-def disk(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, dict[str, ConfigurationRecord]]]:
-    monkeypatch.setitem(registry.BUILTIN_PLUGINS, ("deltamq.stores", "disklike"),
-                        f"{__name__}:DiskLikeStore")
+def disk(install_plugin: PluginInstaller) -> Iterator[dict[str, dict[str, ConfigurationRecord]]]:
+    install_plugin("deltamq.stores", "disklike", f"{__name__}:DiskLikeStore")
     DiskLikeStore.disks = {}
     yield DiskLikeStore.disks
 

@@ -8,8 +8,8 @@ import pytest
 
 from broker.errors import ConfigurationError
 from broker.model import AuthenticationProvider, ChangeListener, ConfiguredObject, State, \
-    attribute, registry
-from tests.unit.model.conftest import Loader, minimal_config
+    attribute
+from tests.unit.model.conftest import Loader, PluginInstaller, minimal_config
 
 calls: list[str] = []
 
@@ -61,9 +61,8 @@ class Recorder(ChangeListener):
 
 
 @pytest.fixture(autouse=True)
-def recording_type(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(registry.BUILTIN_PLUGINS, ("deltamq.auth", "Recording"),
-                        f"{__name__}:RecordingProvider")
+def recording_type(install_plugin: PluginInstaller) -> None:
+    install_plugin("deltamq.auth", "Recording", f"{__name__}:RecordingProvider")
     calls.clear()
 
 
