@@ -120,9 +120,9 @@ class Port(ConfiguredObject):
         str, default="",
         description="Address to listen on; '' or '*' for every interface, IPv4 and IPv6")
     protocols = attribute(list, of=PortProtocol, default=[p.name for p in IMPLEMENTED_PROTOCOLS],
-                          description="Protocols accepted on this port; an AMQP port may name"
-                                      " those the broker implements: "
-                                      + ", ".join(p.name for p in IMPLEMENTED_PROTOCOLS))
+                          choices=(*(p.name for p in IMPLEMENTED_PROTOCOLS), "HTTP"),
+                          description="Protocols accepted on this port (an AMQP port: those"
+                                      " the broker implements; an HTTP port: HTTP)")
     authentication_provider = attribute(
         str, default="", description="Name of the authentication provider for this port")
     max_open_connections = attribute(
@@ -270,6 +270,11 @@ class Port(ConfiguredObject):
 class AmqpPort(Port):
     type_name = "AMQP"
 
+    protocols = attribute(list, of=PortProtocol, default=[p.name for p in IMPLEMENTED_PROTOCOLS],
+                          choices=tuple(p.name for p in IMPLEMENTED_PROTOCOLS),
+                          description="AMQP versions accepted on this port (those the broker"
+                                      " implements)")
+
     def open(self) -> None:
         if self._actual.get("protocols") == LEGACY_DEFAULT_PROTOCOLS:
             implemented = [p.name for p in IMPLEMENTED_PROTOCOLS]
@@ -298,7 +303,7 @@ class AmqpPort(Port):
 class HttpPort(Port):
     type_name = "HTTP"
 
-    protocols = attribute(list, of=PortProtocol, default=["HTTP"],
+    protocols = attribute(list, of=PortProtocol, default=["HTTP"], choices=("HTTP",),
                           description="Protocols accepted on this port (HTTP)")
 
     def validate(self) -> None:

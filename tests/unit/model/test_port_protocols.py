@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from broker.errors import ConfigurationError
-from broker.model import PortProtocol
+from broker.model import PortProtocol, category
 from broker.model.port import IMPLEMENTED_PROTOCOLS, LEGACY_DEFAULT_PROTOCOLS
 from broker.protocol.engine import ENGINES
 from tests.unit.model.conftest import Loader, minimal_config
@@ -69,3 +69,9 @@ def test_a_port_stored_with_the_old_default_list_serves_the_implemented_ones(
         [port] = load(config).broker.ports()
     assert port.protocols == IMPLEMENTED_PROTOCOLS
     assert "'protocols' names AMQP_0_10, AMQP_1_0, which are not implemented" in caplog.text
+
+
+def test_metadata_offers_only_the_implemented_protocols() -> None:
+    amqp = category("Port").attributes("AMQP")["protocols"].as_dict()
+    assert amqp["choices"] == amqp["default"] == ["AMQP_0_8", "AMQP_0_9", "AMQP_0_9_1"]
+    assert category("Port").attributes("HTTP")["protocols"].as_dict()["choices"] == ["HTTP"]
