@@ -288,8 +288,9 @@ def convert(decl: Attribute[Any], value: Any, owner: str) -> Any:
     """
     try:
         if decl.kind is list:
-            converted: Any = [_convert_one(decl.of, item) for item in _as_list(value)] \
-                if decl.of is not None else list(_as_list(value))
+            items = _as_list(value)
+            converted: Any = [_convert_item(decl, item) for item in items] \
+                if decl.of is not None else list(items)
         else:
             converted = _convert_one(decl.kind, value)
     except (TypeError, ValueError) as exc:
@@ -299,6 +300,16 @@ def convert(decl: Attribute[Any], value: Any, owner: str) -> Any:
             f"{owner}: attribute '{decl.name}' must be one of {', '.join(decl.choices)};"
             f" got {value!r}")
     return converted
+
+
+def _convert_item(decl: Attribute[Any], item: Any) -> Any:
+    """One element of a list; an unknown one is told the choices, if the list has them."""
+    try:
+        return _convert_one(decl.of, item)
+    except ValueError:
+        if decl.choices is None:
+            raise
+        raise ValueError(f"may name {', '.join(decl.choices)}; got {item!r}") from None
 
 
 def _convert_one(kind: type | None, value: Any) -> Any:

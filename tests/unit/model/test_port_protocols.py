@@ -75,3 +75,12 @@ def test_metadata_offers_only_the_implemented_protocols() -> None:
     amqp = category("Port").attributes("AMQP")["protocols"].as_dict()
     assert amqp["choices"] == amqp["default"] == ["AMQP_0_8", "AMQP_0_9", "AMQP_0_9_1"]
     assert category("Port").attributes("HTTP")["protocols"].as_dict()["choices"] == ["HTTP"]
+
+
+def test_an_unknown_protocol_name_is_told_the_implemented_ones(load: Loader) -> None:
+    config = minimal_config()
+    config["ports"][0]["protocols"] = ["AMQP_0_9_1", "AMQP_2_0"]
+    with pytest.raises(ConfigurationError) as raised:
+        load(config)
+    assert str(raised.value) == ("Port 'amqp': attribute 'protocols' may name AMQP_0_8, AMQP_0_9,"
+                                 " AMQP_0_9_1; got 'AMQP_2_0'")
