@@ -33,6 +33,7 @@ from broker import __version__
 from broker.errors import BrokerError
 from broker.model.context import environment_value
 from broker.model.system_store import STORE_TYPE_VARIABLE
+from broker.protocol.engine import ENGINES
 from broker.security.passwords import PasswordFile
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -83,8 +84,8 @@ def _add_plugin_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
 def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = commands.add_parser(
         "serve", help="run the broker",
-        description="Run the broker. With no options it listens for AMQP (0-8 to 1.0) on 5672"
-                    " and HTTP on 8080 on every interface, keeping its data under ./data.",
+        description=f"Run the broker. With no options it listens for {ENGINES.describe()} on"
+                    " 5672 and HTTP on 8080 on every interface, keeping its data under ./data.",
         epilog="Every option is a context variable for ${...} references in the configuration;"
                " context is looked up on the object and its ancestors, then -D/options, then"
                " the environment (deltamq.amqp_port or DELTAMQ_AMQP_PORT), then the"

@@ -33,19 +33,12 @@ from anyio.abc import TaskGroup
 
 from broker import __version__, data_directory, errors
 from broker.listeners import Listeners, ManagementPlugin
-from broker.protocol.amqp0_9_1.connection import AmqpConnection
 from broker.protocol.detect import AmqpVersion
+from broker.protocol.engine import ENGINES, Engine
 from broker.resource_alarms import CHECK_INTERVAL, ResourceAlarms
 from broker.transport.tcp import AmqpProtocol, ConnectionRegistry
 
 log = logging.getLogger("deltamq")
-
-# Protocol families this build serves; a port may enable fewer.
-IMPLEMENTED = {
-    "AMQP_0_8": AmqpVersion.V0_8,
-    "AMQP_0_9": AmqpVersion.V0_9,
-    "AMQP_0_9_1": AmqpVersion.V0_9_1,
-}
 
 #: how long management may take to finish the requests in flight at shutdown
 MANAGEMENT_STOP_TIMEOUT = 5.0
@@ -103,7 +96,7 @@ class BrokerHost:
                 f"access to vhost '{vhost.name}' refused for user '{principal.name}'")
         return vhost.namespace
 
-    def connection_opened(self, connection: AmqpConnection) -> None:
+    def connection_opened(self, connection: Any) -> None:
         """Make the connection a runtime child of its port, associated with the virtual
         host it opened (visible to management)."""
         vhost = self.broker.find_virtual_host(connection.virtual_host_name)
@@ -122,7 +115,7 @@ class BrokerHost:
             client_version=_text(props.get("version", "")),
             closer=lambda reason: connection.close(errors.ConnectionForced(reason)))
 
-    def connection_closed(self, connection: AmqpConnection) -> None:
+    def connection_closed(self, connection: Any) -> None:
         model = getattr(connection, "model", None)
         if model is not None:
             model.unregister()
@@ -192,16 +185,14 @@ def _amqp_protocols(broker: Any, alarms: ResourceAlarms
     def for_port(port: Any, registry: ConnectionRegistry) -> Callable[[], AmqpProtocol]:
         host = BrokerHost(broker, port, alarms)
 
-        def engine_factory(version: AmqpVersion, remote_host: str,
-                           remote_port: int) -> AmqpConnection:
-            return AmqpConnection(host, version, remote_host=remote_host,
-                                  remote_port=remote_port, port_name=port.name)
+        def engine_factory(version: AmqpVersion, remote_host: str, remote_port: int) -> Engine:
+            return ENGINES.factory(version)(host, version, remote_host, remote_port, port.name)
 
         def protocol() -> AmqpProtocol:
             # the port's protocols as they are now: a change applies to the next connection
-            supported = frozenset(IMPLEMENTED[p.name] for p in port.protocols
-                                  if p.name in IMPLEMENTED)
-            return AmqpProtocol(engine_factory, supported, registry)
+            supported = ENGINES.versions(p.name for p in port.protocols)
+            return AmqpProtocol(engine_factory, supported, registry,
+                                ENGINES.preferred_header(supported))
         return protocol
     return for_port
 

@@ -51,12 +51,15 @@ def _scalar(kind: type | None) -> Schema:
 def attribute_schema(decl: Attribute[Any] | DerivedAttribute[Any]) -> Schema:
     """One attribute (or operation parameter) as a JSON schema."""
     if decl.kind is list:
-        schema = Schema(type=OpenAPIType.ARRAY, items=_scalar(getattr(decl, "of", None)))
+        items = _scalar(getattr(decl, "of", None))
+        if isinstance(decl, Attribute) and decl.choices and items.enum:
+            items.enum = list(decl.choices)     # what may be named (a Port: the implemented)
+        schema = Schema(type=OpenAPIType.ARRAY, items=items)
     else:
         schema = _scalar(decl.kind)
     schema.description = decl.description or None
     if isinstance(decl, Attribute):
-        if decl.choices:
+        if decl.choices and decl.kind is not list:
             schema.enum = list(decl.choices)
         default = decl.default.name if isinstance(decl.default, enum.Enum) else decl.default
         if default is not None and not (isinstance(default, str) and "${" in default):

@@ -117,10 +117,10 @@ class Attribute(Generic[T]):
             "persist": self.persist,
             "description": self.description,
         }
+        enum_type = self.of if self.of is not None else self.kind
         if self.choices is not None:
             description["choices"] = list(self.choices)
-        enum_type = self.of if self.of is not None else self.kind
-        if isinstance(enum_type, type) and issubclass(enum_type, enum.Enum):
+        elif isinstance(enum_type, type) and issubclass(enum_type, enum.Enum):
             description["choices"] = [member.name for member in enum_type]
         return description
 
@@ -147,7 +147,9 @@ def attribute(
 
     ``name`` is the JSON/REST spelling (default: the Python name in camelCase);
     ``default`` may contain ``${context}`` references; ``of`` is the element
-    type of a list; ``choices`` restricts a string; ``persist=False`` keeps the
+    type of a list; ``choices`` restricts a string (of a list of enum members: what
+    metadata advertises, the category's ``validate`` refuses others with its own
+    words -- a Port's protocols); ``persist=False`` keeps the
     attribute out of the configuration store; ``expand=False`` keeps
     ``${...}`` references as text (the ``context`` attribute itself, or
     configuration handed on to a child that resolves it in its own scope);
@@ -286,17 +288,28 @@ def convert(decl: Attribute[Any], value: Any, owner: str) -> Any:
     """
     try:
         if decl.kind is list:
-            converted: Any = [_convert_one(decl.of, item) for item in _as_list(value)] \
-                if decl.of is not None else list(_as_list(value))
+            items = _as_list(value)
+            converted: Any = [_convert_item(decl, item) for item in items] \
+                if decl.of is not None else list(items)
         else:
             converted = _convert_one(decl.kind, value)
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(f"{owner}: attribute '{decl.name}' {exc}") from None
-    if decl.choices is not None and converted not in decl.choices:
+    if decl.choices is not None and decl.kind is not list and converted not in decl.choices:
         raise ConfigurationError(
             f"{owner}: attribute '{decl.name}' must be one of {', '.join(decl.choices)};"
             f" got {value!r}")
     return converted
+
+
+def _convert_item(decl: Attribute[Any], item: Any) -> Any:
+    """One element of a list; an unknown one is told the choices, if the list has them."""
+    try:
+        return _convert_one(decl.of, item)
+    except ValueError:
+        if decl.choices is None:
+            raise
+        raise ValueError(f"may name {', '.join(decl.choices)}; got {item!r}") from None
 
 
 def _convert_one(kind: type | None, value: Any) -> Any:

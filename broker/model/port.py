@@ -13,15 +13,23 @@ next start of the broker, as in Broker-J; ``pendingRestart`` says so, and
 chose, for port 0).  ``protocols``, ``maxOpenConnections`` and
 ``authenticationProvider`` apply to the next connection.
 
-``AMQP`` ports carry every AMQP version the broker speaks (the protocol
-engine is chosen by the 8-byte header the client sends); ``HTTP`` ports
-serve the management plugin.  ``bindingAddress`` "" (or "*") means every
+``AMQP`` ports carry the AMQP versions in ``protocols`` (by default every
+one the broker implements; the protocol engine is chosen by the 8-byte
+header the client sends); ``HTTP`` ports serve the management plugin.
+``protocols`` may name only what an engine implements
+(:data:`broker.protocol.engine.ENGINES`): a port naming another is refused,
+whether it comes from the configuration file, management or a context
+variable.  One exception keeps stores written by earlier releases working:
+a recovered port whose ``protocols`` is exactly the list those releases
+configured by default (which named 0-10 and 1.0) is read as the default,
+with a warning.  ``bindingAddress`` "" (or "*") means every
 interface, IPv4 and IPv6 alike -- :attr:`Port.local_host` is then None.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -29,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from broker.errors import ConfigurationError
 from broker.model.attributes import attribute, derived
 from broker.model.configured_object import ConfiguredObject, State
+from broker.protocol.engine import ENGINES
 
 if TYPE_CHECKING:
     from broker.model.authentication import AuthenticationProvider
@@ -50,6 +59,12 @@ class PortProtocol(enum.Enum):
 
 
 AMQP_PROTOCOLS = [p for p in PortProtocol if p.is_amqp]
+#: the AMQP protocols an engine implements (a port's default)
+IMPLEMENTED_PROTOCOLS = [PortProtocol(name) for name in ENGINES.protocols]
+#: the ``protocols`` earlier releases' default configuration gave every AMQP port
+LEGACY_DEFAULT_PROTOCOLS = ["AMQP_0_8", "AMQP_0_9", "AMQP_0_9_1", "AMQP_0_10", "AMQP_1_0"]
+
+log = logging.getLogger(__name__)
 
 
 class Transport(enum.Enum):
@@ -104,8 +119,10 @@ class Port(ConfiguredObject):
     binding_address = attribute(
         str, default="",
         description="Address to listen on; '' or '*' for every interface, IPv4 and IPv6")
-    protocols = attribute(list, of=PortProtocol, default=[p.name for p in AMQP_PROTOCOLS],
-                          description="Protocols accepted on this port")
+    protocols = attribute(list, of=PortProtocol, default=[p.name for p in IMPLEMENTED_PROTOCOLS],
+                          choices=(*(p.name for p in IMPLEMENTED_PROTOCOLS), "HTTP"),
+                          description="Protocols accepted on this port (an AMQP port: those"
+                                      " the broker implements; an HTTP port: HTTP)")
     authentication_provider = attribute(
         str, default="", description="Name of the authentication provider for this port")
     max_open_connections = attribute(
@@ -253,11 +270,31 @@ class Port(ConfiguredObject):
 class AmqpPort(Port):
     type_name = "AMQP"
 
+    protocols = attribute(list, of=PortProtocol, default=[p.name for p in IMPLEMENTED_PROTOCOLS],
+                          choices=tuple(p.name for p in IMPLEMENTED_PROTOCOLS),
+                          description="AMQP versions accepted on this port (those the broker"
+                                      " implements)")
+
+    def open(self) -> None:
+        if self._actual.get("protocols") == LEGACY_DEFAULT_PROTOCOLS:
+            implemented = [p.name for p in IMPLEMENTED_PROTOCOLS]
+            log.warning("%s: 'protocols' names %s, which are not implemented; serving %s",
+                        self.label, ", ".join(sorted(set(LEGACY_DEFAULT_PROTOCOLS) - set(implemented))),
+                        ", ".join(implemented))
+            self._actual["protocols"] = implemented
+        super().open()
+
     def validate(self) -> None:
         super().validate()
         others = [p.name for p in self.protocols if not p.is_amqp]
         if others:
             raise ConfigurationError(f"{self.label}: an AMQP port cannot carry {', '.join(others)}")
+        missing = [p.name for p in self.protocols if p not in IMPLEMENTED_PROTOCOLS]
+        if missing:
+            raise ConfigurationError(
+                f"{self.label}: attribute 'protocols' names {', '.join(missing)}, which"
+                f" {'is' if len(missing) == 1 else 'are'} not implemented; this broker implements"
+                f" {', '.join(p.name for p in IMPLEMENTED_PROTOCOLS)}")
         if not self.authentication_provider:
             raise ConfigurationError(f"{self.label}: attribute 'authenticationProvider' is"
                                      " mandatory for an AMQP port")
@@ -266,7 +303,7 @@ class AmqpPort(Port):
 class HttpPort(Port):
     type_name = "HTTP"
 
-    protocols = attribute(list, of=PortProtocol, default=["HTTP"],
+    protocols = attribute(list, of=PortProtocol, default=["HTTP"], choices=("HTTP",),
                           description="Protocols accepted on this port (HTTP)")
 
     def validate(self) -> None:

@@ -12,13 +12,22 @@ made to a connection in that iteration); flow control is the transport's own
 connection.  The engines stay sans-IO; anyio still runs the broker (task
 groups, signals, worker threads, timers).
 
-Heartbeats (AMQP 0-9-1 spec 4.2.7): a timer per connection beats when we have
-been quiet for about half the interval, and drops a peer silent for two.
+The transport knows an engine only through
+:class:`~broker.protocol.engine.Engine`: bytes in and out, and the events
+it reports (opened, closing, finished, pause/resume reading, idle timing,
+work for a thread).  Under the engine sits a chain of byte-stream layers
+(:mod:`.layers`) whose top is protocol header detection
+(:class:`~broker.protocol.detect.HeaderDetector`), which picks the engine;
+with no other layer the chain is bypassed once the header is read.
+
+Idle timing (AMQP 0-9-1 spec 4.2.7 heartbeats): a timer per connection
+beats when we have been quiet as long as the engine asked, and drops a peer
+silent longer than it allows.
 
 Opening and closing are bounded (:mod:`.handshake`): a connection that has
 not opened within the open timeout is closed, and one source address may
-have only so many opening at once.  After ``connection.close-ok`` went out
-the socket stays open, read and discarded, until the client closes it or the
+have only so many opening at once.  After the engine answered the peer's close
+(``connection.close-ok``) the socket stays open, read and discarded, until the client closes it or the
 close timeout passes (RabbitMQ does the same): a client that still had
 frames on their way when it closed -- amqplib writes a channel's queued
 publishes after the connection's close -- would otherwise meet a reset and
@@ -33,16 +42,20 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, cast
 
 from broker import errors
-from broker.protocol.detect import HEADER_SIZE, AmqpVersion, detect
+from broker.protocol.detect import AmqpVersion, HeaderDetector
+from broker.protocol.engine import (Closing, Engine, EngineEvent, Finished, IdleTiming, Opened,
+                                    PauseReading, ResumeReading, WorkRequested)
 from broker.transport.handshake import HandshakeLimits, OpeningConnections
+from broker.transport.layers import LayerChain, LayerFactory, no_layers
 
 log = logging.getLogger(__name__)
 
 WRITE_HIGH_WATER = 1 << 20     # transport buffer above which deliveries pause
-IDLE_TICK = 0.25               # timer period while no heartbeat is negotiated
+IDLE_TICK = 0.25               # timer period while the engine asked for no idle timing
 STALL = 0.5                    # a timer this late means the event loop did not run meanwhile
 
-EngineFactory = Callable[[AmqpVersion, str, int], Any]
+#: (version the header selected, remote host, remote port) -> the engine to serve it
+EngineFactory = Callable[[AmqpVersion, str, int], Engine]
 
 
 @dataclass
@@ -54,6 +67,8 @@ class ConnectionRegistry:
     limits: HandshakeLimits = field(default_factory=HandshakeLimits)
     #: shared by every port of the broker: the per-address limit is the broker's
     opening: OpeningConnections = field(default_factory=OpeningConnections)
+    #: the layers between the socket and header detection (TLS, WebSocket: none yet)
+    layers: LayerFactory = no_layers
 
     def set_blocked(self, blocked: bool, reason: str = "low on memory") -> None:
         for conn in list(self.connections):
@@ -66,25 +81,27 @@ class ConnectionRegistry:
 
 
 class AmqpProtocol(asyncio.Protocol):
-    """One accepted TCP connection: sniff the protocol header, then pump an engine."""
+    """One accepted TCP connection: its layers, then the engine the protocol header picks."""
 
     def __init__(self, engine_factory: EngineFactory, supported: frozenset[AmqpVersion],
-                 registry: ConnectionRegistry) -> None:
+                 registry: ConnectionRegistry, preferred_header: bytes = b"") -> None:
         self.engine_factory = engine_factory
-        self.supported = supported
         self.registry = registry
-        self.engine: Any = None
+        self.engine: Engine | None = None
         self.transport: asyncio.Transport | None = None
         self._loop = asyncio.get_running_loop()
-        self._header = b""
+        self._detector = HeaderDetector(supported, preferred_header)
+        #: None once bypassed: plain TCP after the header
+        self._chain: LayerChain | None = LayerChain([*registry.layers(), self._detector])
         self._remote = ("?", 0)
         self._flush_scheduled = False
         self._write_paused = False
         self._read_paused = False
-        self._authenticating = False
         self._timer: asyncio.TimerHandle | None = None
+        self._idle: IdleTiming | None = None
         self._last_received = self._last_sent = self._loop.time()
         self._closing_since: float | None = None
+        self._finished: Finished | None = None          # the engine's output is final
         self._open_timer: asyncio.TimerHandle | None = None   # armed while counted as opening
         self._open_deadline = 0.0
         self._lingering = False
@@ -107,26 +124,19 @@ class AmqpProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._lingering:
             return                        # closed: read until the peer closes, and drop it
-        engine = self.engine
-        if engine is None:
-            self._header += data
-            if len(self._header) < HEADER_SIZE:
+        chain = self._chain
+        if chain is not None:
+            data = chain.receive(data)
+            if self.engine is None and not self._start_engine():
                 return
-            if not self._start_engine():
-                return
-            engine = self.engine
-            data, self._header = self._header[HEADER_SIZE:], b""
             if not data:
                 self._flush()
                 return
+        engine = self.engine
+        assert engine is not None
         self._last_received = self._loop.time()
         engine.receive_data(data)
-        if engine.authentication is not None and not self._authenticating:
-            self._authenticate()
         self._flush()
-        if engine.reading_paused and not self._read_paused and self.transport is not None:
-            self._read_paused = True
-            self.transport.pause_reading()
 
     def eof_received(self) -> bool:
         return False                      # close our side too
@@ -152,24 +162,54 @@ class AmqpProtocol(asyncio.Protocol):
 
     # -- engine plumbing ------------------------------------------------------------
     def _start_engine(self) -> bool:
-        assert self.transport is not None
-        detected = detect(self._header[:HEADER_SIZE], self.supported)
+        """The header is read (or refused, or still incomplete): start the engine it names."""
+        assert self.transport is not None and self._chain is not None
+        detector = self._detector
         host, port = self._remote
-        if detected.version is None:
-            log.info("refusing protocol header %r from %s", self._header[:HEADER_SIZE], host)
-            self.transport.write(detected.reply)
-            self.transport.close()
+        if detector.version is None:
+            if detector.closed:
+                log.info("refusing protocol header %r from %s", detector.header, host)
+                self._lingering = True    # what still comes is dropped
+            self._flush()                 # what the layers have to say (the preferred header)
             return False
         if 0 <= self.registry.max_connections <= len(self.registry.connections):
             log.warning("refusing connection from %s: maxOpenConnections reached", host)
+            self._lingering = True
             self.transport.close()
             return False
-        self.engine = self.engine_factory(detected.version, host, port)
-        self.engine.on_output = self._schedule_flush
+        if len(self._chain.layers) == 1:
+            self._chain = None            # detection was the only layer: bypass it from now on
+        engine = self.engine = self.engine_factory(detector.version, host, port)
+        engine.on_output = self._schedule_flush
+        engine.on_event = self._event
         self.registry.connections.add(self)
-        self.engine.start()
+        engine.start()
         self._rearm(IDLE_TICK)
         return True
+
+    def _event(self, event: EngineEvent) -> None:
+        """What the engine needs from the socket (it reports as it happens, mid-input too)."""
+        transport = self.transport
+        if isinstance(event, Finished):
+            self._finished = event
+            self._schedule_flush()        # closes once the last output is written
+        elif isinstance(event, Opened):
+            self._opening_done()
+        elif isinstance(event, Closing):
+            self._closing_since = self._loop.time()
+        elif isinstance(event, PauseReading):
+            if not self._read_paused and transport is not None:
+                self._read_paused = True
+                transport.pause_reading()
+        elif isinstance(event, ResumeReading):
+            if self._read_paused and transport is not None:
+                self._read_paused = False
+                transport.resume_reading()
+        elif isinstance(event, IdleTiming):
+            self._idle = event
+            self._rearm(self._tick_period())
+        elif isinstance(event, WorkRequested):
+            self._run_work(event.work)
 
     def _schedule_flush(self) -> None:
         # Called by the engine whenever its output goes from empty to not empty —
@@ -181,35 +221,38 @@ class AmqpProtocol(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        transport, engine = self.transport, self.engine
-        if transport is None or engine is None:
+        transport, engine, chain = self.transport, self.engine, self._chain
+        if transport is None:
             return
-        data = engine.data_to_send()
+        data = engine.data_to_send() if engine is not None else b""
+        if chain is not None:
+            data = chain.send(data)
         if data:
             transport.write(data)
             self._last_sent = self._loop.time()
-            if not self._write_paused:
+            if not self._write_paused and engine is not None:
                 engine.output_drained()
-        if self._open_timer is not None and engine.opened:
-            self._opening_done()
-        if engine.closed and not self._lingering:
-            if engine.awaits_peer_close:
+        if chain is not None and chain.closed:
+            transport.close()             # a layer ended the stream (a refused header)
+            return
+        finished = self._finished
+        if finished is not None and not self._lingering:
+            if finished.linger:
                 self._linger()
             else:
                 transport.close()
 
-    def _authenticate(self) -> None:
-        """Verify credentials in a worker thread: salted hashes are slow by design."""
+    def _run_work(self, work: Callable[[], Any]) -> None:
+        """Blocking work (verifying a salted hash is slow by design) in a worker thread."""
         engine = self.engine
-        self._authenticating = True
-        future = self._loop.run_in_executor(None, engine.authentication)
+        assert engine is not None
+        future = self._loop.run_in_executor(None, work)
 
         def done(fut: asyncio.Future[Any]) -> None:
-            self._authenticating = False
             if self.transport is None:
                 return
             exc = fut.exception()
-            engine.authentication_done(None if exc else fut.result(), exc)
+            engine.work_done(None if exc else fut.result(), exc)
             self._flush()
 
         future.add_done_callback(done)
@@ -217,7 +260,7 @@ class AmqpProtocol(asyncio.Protocol):
     @property
     def buffered_bytes(self) -> int:
         """Input not yet parsed and output not yet written (the memory alarm counts them)."""
-        held = len(self._header)
+        held = self._chain.buffered_bytes if self._chain is not None else 0
         if self.engine is not None:
             held += self.engine.buffered_bytes
         if self.transport is not None:
@@ -225,14 +268,10 @@ class AmqpProtocol(asyncio.Protocol):
         return held
 
     def set_blocked(self, blocked: bool, reason: str = "low on memory") -> None:
-        """Resource alarm: tell the engine; read again once it no longer holds input back."""
-        engine = self.engine
-        if engine is None:
+        """Resource alarm: tell the engine (it says when to pause or resume reading)."""
+        if self.engine is None:
             return
-        engine.set_blocked(blocked, reason)
-        if self._read_paused and not engine.reading_paused and self.transport is not None:
-            self._read_paused = False
-            self.transport.resume_reading()
+        self.engine.set_blocked(blocked, reason)
         self._flush()
 
     def close(self, error: errors.BrokerError) -> None:
@@ -250,6 +289,14 @@ class AmqpProtocol(asyncio.Protocol):
             self._timer.cancel()
         self._timer = self._loop.call_later(delay, self._tick)
 
+    def _tick_period(self) -> float:
+        interval = self._idle_interval
+        return interval / 4 if interval else IDLE_TICK
+
+    @property
+    def _idle_interval(self) -> float:
+        return self._idle.interval if self._idle is not None else 0.0
+
     def _open_timeout(self) -> None:
         """Not opened in time: close the socket without a word (RabbitMQ's handshake_timeout)."""
         late = self._loop.time() - self._open_deadline
@@ -264,8 +311,7 @@ class AmqpProtocol(asyncio.Protocol):
         self.registry.opening.done(self._remote[0])
         if self.transport is None:
             return
-        state = getattr(self.engine, "state", None)
-        where = "no protocol header" if state is None else f"{getattr(state, 'value', state)}"
+        where = "no protocol header" if self.engine is None else f"{self.engine.state.value}"
         self.registry.opening.expired(self._remote[0], self.registry.limits, where)
         self.transport.abort()
 
@@ -277,14 +323,14 @@ class AmqpProtocol(asyncio.Protocol):
             self.registry.opening.done(self._remote[0])
 
     def _linger(self) -> None:
-        """close-ok is on its way: read and drop until the peer closes, or the close timeout."""
-        assert self.transport is not None and self.engine is not None
+        """The peer's close was answered: read and drop until it closes, or the close timeout."""
+        assert self.transport is not None
         self._lingering = True
         self.registry.connections.discard(self)
         if self._read_paused:
             self._read_paused = False
             self.transport.resume_reading()
-        timeout = self.registry.limits.closing_timeout(self.engine.heartbeat)
+        timeout = self.registry.limits.closing_timeout(self._idle_interval)
         if self._timer is not None:
             self._timer.cancel()
         # long after close-ok: a client that neither closes nor reads is not waited for
@@ -295,21 +341,20 @@ class AmqpProtocol(asyncio.Protocol):
         if engine is None or transport is None:
             return
         now = self._loop.time()
-        if engine.state.name == "CLOSING":
-            self._closing_since = self._closing_since or now
-            if now - self._closing_since > self.registry.limits.closing_timeout(engine.heartbeat):
+        if self._closing_since is not None:
+            if now - self._closing_since > self.registry.limits.closing_timeout(self._idle_interval):
                 transport.close()
                 return
-        interval = engine.heartbeat
-        if interval:
-            if now - self._last_received > 2 * interval:
-                log.info("closing connection from %s: missed heartbeats from client", engine.remote_host)
+        idle = self._idle
+        if idle is not None:
+            if idle.expire_after and now - self._last_received > idle.expire_after:
+                log.info("closing connection from %s: missed heartbeats from client", self._remote[0])
                 transport.abort()
                 return
-            if now - self._last_sent >= interval * 0.45:
-                engine.send_heartbeat()
+            if idle.send_after and now - self._last_sent >= idle.send_after:
+                engine.keepalive()
                 self._flush()
-        self._rearm(interval / 4 if interval else IDLE_TICK)
+        self._rearm(self._tick_period())
 
 
 async def close_all(registry: ConnectionRegistry, reason: str) -> None:

@@ -252,3 +252,11 @@ def test_browse_and_remove_keep_delivery_order(arguments: dict[str, Any]) -> Non
     while (entry := queue.get(no_ack=True)) is not None:
         taken.append(entry.message.body)
     assert taken == [body for body in order if body not in (order[1], order[4])]
+
+
+def test_the_port_schema_offers_only_implemented_protocols() -> None:
+    _, schemas, _ = openapi.api_description()
+    offered = {name: schema.properties["protocols"].items.enum   # type: ignore[index,union-attr]
+               for name, schema in schemas.items()
+               if name.endswith("Port") and schema.properties and "protocols" in schema.properties}
+    assert offered == {"Port": ["AMQP_0_8", "AMQP_0_9", "AMQP_0_9_1", "HTTP"]}

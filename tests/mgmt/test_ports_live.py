@@ -135,6 +135,25 @@ def test_a_port_number_in_use_is_refused_and_nothing_is_created(
     assert response.status_code == 422 and "already used by Port 'AMQP'" in response.text
 
 
+def test_a_port_naming_an_unimplemented_protocol_is_refused(api: Api, cleanup: list[str]) -> None:
+    implemented = "this broker implements AMQP_0_8, AMQP_0_9, AMQP_0_9_1"
+    name = unique("amqp")
+    response = api.put(f"port/{name}", {"type": "AMQP", "port": 0, "authenticationProvider": PROVIDER,
+                                        "protocols": ["AMQP_0_9_1", "AMQP_1_0"]})
+    assert response.status_code == 422, response.text
+    message = response.json()["errorMessage"]
+    assert "'protocols' names AMQP_1_0, which is not implemented" in message and implemented in message
+    api.ok(api.get(f"port/{name}"), 404)
+    cleanup.append(name)
+    created = create_port(api, name, protocols=["AMQP_0_9_1"])
+    assert created["protocols"] == ["AMQP_0_9_1"]
+    response = api.put(f"port/{name}", {"protocols": ["AMQP_0_10"]})
+    assert response.status_code == 422 and implemented in response.json()["errorMessage"]
+    assert api.ok(api.get(f"port/{name}"))["protocols"] == ["AMQP_0_9_1"]     # unchanged
+    with BrokerEndpoint(host="127.0.0.1", port=int(created["boundPort"])).pika() as connection:
+        assert connection.is_open
+
+
 def test_a_new_port_number_takes_effect_after_a_restart(api: Api, cleanup: list[str]) -> None:
     name = unique("amqp")
     cleanup.append(name)

@@ -1,10 +1,12 @@
 """The AMQP 0-8 / 0-9 / 0-9-1 connection engine (server side), sans-IO.
 
-Feed it bytes with :meth:`AmqpConnection.receive_data`; take bytes to write
-with :meth:`AmqpConnection.data_to_send`.  It never touches a socket, a clock
-or a thread: the transport drives it, and tells it when written bytes have
-drained (:meth:`output_drained`) and when the peer went away
-(:meth:`connection_lost`).
+It implements :class:`~broker.protocol.engine.Engine`: feed it bytes with
+:meth:`AmqpConnection.receive_data`; take bytes to write with
+:meth:`AmqpConnection.data_to_send`.  It never touches a socket, a clock or a
+thread: the transport drives it, tells it when written bytes have drained
+(:meth:`output_drained`) and when the peer went away (:meth:`connection_lost`),
+and hears through ``on_event`` what the connection needs (opened, closing,
+finished, reading paused, heartbeat timing, a password to verify off the loop).
 
 Everything that affects the connection's state machine lives here; the
 semantics of channel methods live in :mod:`.channel`.
@@ -26,6 +28,8 @@ from typing import Any, Callable
 
 from broker import errors
 from broker.protocol.detect import AmqpVersion
+from broker.protocol.engine import (Closing, EngineEvent, Finished, IdleTiming, Opened,
+                                    PauseReading, ResumeReading, WorkRequested)
 from broker.protocol.host import Principal, ProtocolHost
 from broker.security import sasl
 
@@ -83,6 +87,8 @@ CAPABILITIES = {
 
 WRITE_BUFFER_LIMIT = 1 << 20     # stop deliveries when this much output is queued
 HOLD_LIMIT = 1 << 20             # input held from a blocked publisher before reading stops
+HEARTBEAT_SEND_AFTER = 0.45      # of the interval: beat when we were quiet this long (spec 4.2.7)
+HEARTBEAT_EXPIRE_AFTER = 2.0     # of the interval: a peer silent this long is gone
 
 
 class _Desynchronised(errors.FrameError):
@@ -118,6 +124,7 @@ class AmqpConnection:
         self._out_bytes = 0
         self._in_flight = 0
         self.on_output: Callable[[], None] = lambda: None
+        self.on_event: Callable[[EngineEvent], None] = lambda event: None
         self.closed = False                  # transport closes once output is flushed
         #: connection.open-ok was sent (the transport stops timing the opening)
         self.opened = False
@@ -146,6 +153,7 @@ class AmqpConnection:
         self._held: list[tuple[int, int, bytes]] = []
         self._held_channels: set[int] = set()
         self._held_bytes = 0
+        self._reading_paused = False
         self.has_published = False
         self.bytes_received = 0
         self.bytes_sent = 0
@@ -251,6 +259,11 @@ class AmqpConnection:
     def send_heartbeat(self) -> None:
         self._write(HEARTBEAT_FRAME)
 
+    keepalive = send_heartbeat
+
+    def work_done(self, result: Any, error: BaseException | None = None) -> None:
+        self.authentication_done(result, error)
+
     def close(self, error: errors.BrokerError) -> None:
         """Broker-initiated close (e.g. 320 CONNECTION_FORCED on shutdown)."""
         self._connection_error(error)
@@ -292,14 +305,24 @@ class AmqpConnection:
             self._held_channels.discard(channel)
             self._held = [f for f in self._held if f[1] != channel]
             self._held_bytes = sum(len(f[2]) + 8 for f in self._held)
+            self._reading_changed()
             return False
         self._held.append((ftype, channel, payload))
         self._held_bytes += len(payload) + 8
+        if self._held_bytes >= HOLD_LIMIT and not self._reading_paused:
+            self._reading_changed()
         return True
+
+    def _reading_changed(self) -> None:
+        paused = self.reading_paused
+        if paused != self._reading_paused:
+            self._reading_paused = paused
+            self.on_event(PauseReading() if paused else ResumeReading())
 
     def _release_held(self) -> None:
         self._held_channels.clear()
         held, self._held, self._held_bytes = self._held, [], 0
+        self._reading_changed()
         try:
             for ftype, channel, payload in held:
                 if self.state is not State.OPEN and self.state is not State.CLOSING:
@@ -519,6 +542,7 @@ class AmqpConnection:
         mechanism = self._mechanism
         self.state = State.AUTHENTICATING
         self.authentication = lambda: self._authenticate(mechanism, response)
+        self.on_event(WorkRequested(self.authentication))
 
     def authentication_done(self, principal: Principal | None, error: BaseException | None = None) -> None:
         """The transport ran :attr:`authentication`; continue the handshake (spec 4.2.2)."""
@@ -567,6 +591,9 @@ class AmqpConnection:
         self.channel_max = min(method.channel_max or self.host.channel_max, self.host.channel_max) or 65535
         self.heartbeat = method.heartbeat
         self.state = State.AWAITING_OPEN
+        if self.heartbeat:
+            self.on_event(IdleTiming(self.heartbeat, self.heartbeat * HEARTBEAT_SEND_AFTER,
+                                     self.heartbeat * HEARTBEAT_EXPIRE_AFTER))
 
     def _open(self, method: m.ConnectionOpen) -> None:
         assert self.principal is not None
@@ -576,6 +603,7 @@ class AmqpConnection:
         self.state = State.OPEN
         self.opened = True
         self.send_method(0, m.ConnectionOpenOk())
+        self.on_event(Opened())
         self.host.connection_opened(self)
         reason = self.host.alarm_reason
         if reason:
@@ -612,6 +640,7 @@ class AmqpConnection:
         self.send_method(0, m.ConnectionClose(reply_code=exc.reply_code, reply_text=reply_text,
                                               class_id=class_id, method_id=method_id))
         self.state = State.CLOSING
+        self.on_event(Closing())
 
     def hard_error_in_method(self, exc: errors.BrokerError, method: m.Method) -> None:
         class_id, method_id = method_ids(method, self.version)
@@ -640,7 +669,9 @@ class AmqpConnection:
         if self.state is not State.CLOSED:
             self._teardown()
         self.state = State.CLOSED
-        self.closed = True
+        if not self.closed:
+            self.closed = True
+            self.on_event(Finished(linger=self.awaits_peer_close))
 
     def _server_properties(self) -> dict[str, Any]:
         return {

@@ -66,6 +66,9 @@ class FakeTransport:
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         pass
 
+    def get_write_buffer_size(self) -> int:
+        return 0                          # everything written went out at once
+
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return (self.peer, 40000) if name == "peername" else default
 
