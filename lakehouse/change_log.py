@@ -56,7 +56,27 @@ class ChangeLog:
         self._write([{**row, "op": "save"} for row in rows])
 
     def remove(self, keys: Iterable[Any]) -> None:
-        self._write([{**self.current[k], "op": "remove"} for k in keys if k in self.current])
+        self.change([("remove", key) for key in keys])
+
+    def change(self, changes: Iterable[tuple[str, Any]]) -> None:
+        """Saves (``("save", row)``) and removals (``("remove", key)``) in order, one commit.
+
+        A removal of a key saved earlier in the same call removes that save's
+        row (the last saved attributes are what a ``remove`` row carries).
+        """
+        rows: list[Row] = []
+        latest: dict[Any, Row | None] = {}
+        for op, item in changes:
+            if op == "save":
+                row = {**item, "op": "save"}
+                latest[self.key(row)] = row
+                rows.append(row)
+            else:
+                last = latest[item] if item in latest else self.current.get(item)
+                if last is not None:
+                    rows.append({**last, "op": "remove"})
+                latest[item] = None
+        self._write(rows)
 
     def _write(self, rows: list[Row]) -> None:
         """One Delta commit for all of ``rows``, durable (fsynced, or PUT) before returning."""

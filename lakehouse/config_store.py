@@ -21,7 +21,11 @@ column                type                meaning
 ``changed_at``        timestamp[us, UTC]  when the change was made
 ====================  ==================  ==========================================
 
-``save``/``remove`` return only once the Delta commit is durable (fsynced).
+Commits are made by a writer thread (:mod:`lakehouse.config_writer`), which
+groups the changes that arrive while a commit is in flight and writes the
+table's checkpoints after answering.  :meth:`DeltaConfigurationStore.submit`
+hands changes over without waiting (the event loop's way); ``save`` and
+``remove`` return only once the Delta commit is durable (fsynced).
 
 ``storePath`` may also be an object storage URI (``s3://bucket/prefix``): the
 node's tables (``config``, ``link_termini``, ``journal``) are then kept there,
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from concurrent.futures import Future
 
 import pyarrow as pa
 
@@ -42,6 +47,7 @@ from broker.errors import ConfigurationError
 from broker.model.config_store import ConfigurationRecord, ordered
 
 from .change_log import ChangeLog, Row, change_log_schema
+from .config_writer import Change, ConfigurationWriter
 from .delta_table import AppendOnlyTable, Location, child_location, is_uri, local_path
 from .journal import DeltaMessageJournal
 from .termini_store import DeltaTerminusStore
@@ -64,6 +70,8 @@ class DeltaConfigurationStore:
         self.path: Location = path.rstrip("/") if is_uri(path) else local_path(path)
         self.log = ChangeLog(child_location(self.path, "config"), CONFIG_SCHEMA, lambda row: row["id"],
                              name="config")
+        self.writer = ConfigurationWriter(self.log.change, self.log.table.checkpoint,
+                                          name=f"config-writer {self.path}")
 
     @property
     def table(self) -> AppendOnlyTable:
@@ -79,21 +87,41 @@ class DeltaConfigurationStore:
 
     def open(self) -> None:
         self.log.open()
+        # checkpoints are the writer thread's, written after it answered the group's waiters
+        self.log.table.on_checkpoint_due = self.writer.checkpoint_due
+        self.writer.start()
 
     def recover(self) -> list[ConfigurationRecord]:
         """The current records, parents before children, as fresh copies."""
         return ordered([_record(row) for row in self.log.current.values()])
 
+    def submit(self, records: Iterable[ConfigurationRecord] = (),
+               remove: Iterable[str] = ()) -> Future[None]:
+        """Save ``records`` and then remove ``remove`` (ids) in the writer's next group commit.
+
+        Does not wait: the future is done once the change is durable, or
+        failed (its exception: nothing of it was stored).  Safe to call from
+        any thread; changes are committed in the order they were submitted.
+        """
+        changes: list[Change] = [("save", _row(r)) for r in records]
+        changes += [("remove", record_id) for record_id in remove]
+        return self.writer.submit(changes)
+
     def save(self, records: Iterable[ConfigurationRecord]) -> None:
-        self.log.save({"id": r.id, "category": r.category, "parent_id": r.parent_id,
-                       "attributes": json.dumps(dict(r.attributes), sort_keys=True, default=str)}
-                      for r in records)
+        self.submit(records).result()
 
     def remove(self, ids: Iterable[str]) -> None:
-        self.log.remove(ids)
+        self.submit(remove=ids).result()
 
     def close(self) -> None:
+        self.writer.stop()
         self.log.close()
+
+
+def _row(record: ConfigurationRecord) -> Row:
+    # serialised on the caller's side: what the model changes later is not what was stored
+    return {"id": record.id, "category": record.category, "parent_id": record.parent_id,
+            "attributes": json.dumps(dict(record.attributes), sort_keys=True, default=str)}
 
 
 def _record(row: Row) -> ConfigurationRecord:

@@ -190,6 +190,9 @@ class AmqpProtocol(asyncio.Protocol):
             self._last_sent = self._loop.time()
             if not self._write_paused:
                 engine.output_drained()
+        if self._read_paused and not engine.reading_paused:
+            self._read_paused = False             # the engine processed what it held back
+            transport.resume_reading()
         if self._open_timer is not None and engine.opened:
             self._opening_done()
         if engine.closed and not self._lingering:
