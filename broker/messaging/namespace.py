@@ -725,22 +725,23 @@ class Namespace:
             result = operation()
         except MustStore as need:
             self._deferring = None
+            obj, verb, wait = need.obj, need.verb, need.wait
             again: Callable[[], None] = lambda: self._attempt(operation, done, deferral)
-            if need.wait is not None:
-                need.wait.append(again)               # another change of the object goes first
+            if wait is not None:
+                wait.append(again)                    # another change of the object goes first
             else:
                 def stored(error: BaseException | None) -> None:
                     if error is None:
                         self._store_succeeded()
-                        deferral.stored(need.obj, need.verb)
+                        deferral.stored(obj, verb)
                         again()
                         return
                     self._store_failed(error)
                     self._compensate(deferral)
-                    done(None, StoreFailed(f"cannot {need.verb} {_describe(need.obj)} in vhost"
+                    done(None, StoreFailed(f"cannot {verb} {_describe(obj)} in vhost"
                                            f" '{self.vhost_name}': the configuration store failed:"
                                            f" {error}"))
-                self._submit(deferral.writer, need.obj, need.verb, stored)
+                self._submit(deferral.writer, obj, verb, stored)
             return
         except BrokerError as exc:
             self._deferring = None
