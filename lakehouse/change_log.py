@@ -47,10 +47,7 @@ class ChangeLog:
         self.current = {}
         for row in self.table.read("SELECT * FROM t ORDER BY seq").to_pylist():
             self._seq = max(self._seq, int(row["seq"]))
-            if row["op"] == "remove":
-                self.current.pop(self.key(row), None)
-            else:
-                self.current[self.key(row)] = row
+            self._apply(row)
 
     def save(self, rows: Iterable[Row]) -> None:
         self._write([{**row, "op": "save"} for row in rows])
@@ -64,6 +61,15 @@ class ChangeLog:
         A removal of a key saved earlier in the same call removes that save's
         row (the last saved attributes are what a ``remove`` row carries).
         """
+        self._write(self.rows(changes))
+
+    def fold(self, changes: Iterable[tuple[str, Any]]) -> None:
+        """Take ``changes`` into :attr:`current` without writing (another process committed them)."""
+        for row in self.rows(changes):
+            self._apply(row)
+
+    def rows(self, changes: Iterable[tuple[str, Any]]) -> list[Row]:
+        """The rows that record ``changes`` (see :meth:`change`), without ``seq`` and time."""
         rows: list[Row] = []
         latest: dict[Any, Row | None] = {}
         for op, item in changes:
@@ -76,7 +82,7 @@ class ChangeLog:
                 if last is not None:
                     rows.append({**last, "op": "remove"})
                 latest[item] = None
-        self._write(rows)
+        return rows
 
     def _write(self, rows: list[Row]) -> None:
         """One Delta commit for all of ``rows``, durable (fsynced, or PUT) before returning."""
@@ -88,10 +94,13 @@ class ChangeLog:
             row["seq"], row["changed_at"] = self._seq, now
         self.table.append(pa.Table.from_pylist(rows, schema=self.schema))
         for row in rows:
-            if row["op"] == "remove":
-                self.current.pop(self.key(row), None)
-            else:
-                self.current[self.key(row)] = row
+            self._apply(row)
+
+    def _apply(self, row: Row) -> None:
+        if row["op"] == "remove":
+            self.current.pop(self.key(row), None)
+        else:
+            self.current[self.key(row)] = row
 
     def close(self) -> None:
         self.table.close()

@@ -47,7 +47,7 @@ from broker.errors import ConfigurationError
 from broker.model.config_store import ConfigurationRecord, ordered
 
 from .change_log import ChangeLog, Row, change_log_schema
-from .config_writer import Change, ConfigurationWriter
+from .config_writer import MODE, Change, ConfigurationWriter, WriterProcess
 from .delta_table import AppendOnlyTable, Location, child_location, is_uri, local_path
 from .journal import DeltaMessageJournal
 from .termini_store import DeltaTerminusStore
@@ -60,6 +60,11 @@ CONFIG_SCHEMA = change_log_schema(
 )
 
 
+def config_change_log(location: Location) -> ChangeLog:
+    """The change log of a ``config`` table (the broker's, and the writer process's)."""
+    return ChangeLog(location, CONFIG_SCHEMA, lambda row: row["id"], name="config")
+
+
 class DeltaConfigurationStore:
     """:class:`~broker.model.config_store.DurableConfigurationStore` over a Delta table."""
 
@@ -68,9 +73,10 @@ class DeltaConfigurationStore:
             raise ConfigurationError("a virtual host node of type 'delta' needs a storePath")
         #: a local directory (Path), or an object storage URI (str, never a Path: ``s3://``)
         self.path: Location = path.rstrip("/") if is_uri(path) else local_path(path)
-        self.log = ChangeLog(child_location(self.path, "config"), CONFIG_SCHEMA, lambda row: row["id"],
-                             name="config")
-        self.writer = ConfigurationWriter(self.log.change, self.log.table.checkpoint,
+        self.log = config_change_log(child_location(self.path, "config"))
+        #: commits in a child process (MODE "process") or in the writer thread ("thread")
+        self.process = WriterProcess(str(self.log.table.uri)) if MODE == "process" else None
+        self.writer = ConfigurationWriter(self._commit, self.log.table.checkpoint,
                                           name=f"config-writer {self.path}")
 
     @property
@@ -87,9 +93,20 @@ class DeltaConfigurationStore:
 
     def open(self) -> None:
         self.log.open()
-        # checkpoints are the writer thread's, written after it answered the group's waiters
-        self.log.table.on_checkpoint_due = self.writer.checkpoint_due
+        if self.process is not None:
+            self.process.start()              # checkpoints are the process's
+        else:
+            # checkpoints are the writer thread's, written after it answered the group's waiters
+            self.log.table.on_checkpoint_due = self.writer.checkpoint_due
         self.writer.start()
+
+    def _commit(self, changes: list[Change]) -> None:
+        """One group commit (the writer thread): in the writer process, or here."""
+        if self.process is None:
+            self.log.change(changes)
+            return
+        self.process.commit(changes)
+        self.log.fold(changes)                # what recover() answers from now on
 
     def recover(self) -> list[ConfigurationRecord]:
         """The current records, parents before children, as fresh copies."""
@@ -115,6 +132,8 @@ class DeltaConfigurationStore:
 
     def close(self) -> None:
         self.writer.stop()
+        if self.process is not None:
+            self.process.stop()
         self.log.close()
 
 

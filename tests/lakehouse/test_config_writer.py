@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import threading
 import uuid
 from concurrent.futures import Future
@@ -128,6 +129,7 @@ def test_the_delta_store_groups_saves_and_removals_and_keeps_their_order(tmp_pat
 
 
 def test_checkpoints_are_written_by_the_writer_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("lakehouse.config_store.MODE", "thread")
     store = DeltaConfigurationStore(str(tmp_path))
     threads: list[str] = []
     real = store.log.table.checkpoint
@@ -145,6 +147,63 @@ def test_checkpoints_are_written_by_the_writer_thread(tmp_path: Path, monkeypatc
         assert threading.current_thread().name not in threads
     finally:
         store.close()
+
+
+def test_the_writer_process_commits_and_checkpoints_and_the_broker_does_neither(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("lakehouse.config_store.MODE", "process")
+    store = DeltaConfigurationStore(str(tmp_path))
+    in_broker: list[str] = []
+    monkeypatch.setattr(store.log.table, "append", lambda *a, **k: in_broker.append("append"))
+    monkeypatch.setattr(store.log.table, "checkpoint", lambda: in_broker.append("checkpoint"))
+    store.open()
+    try:
+        for n in range(store.log.table.checkpoint_interval + 1):
+            store.save([ConfigurationRecord(f"q{n}", "Queue", None, {"name": f"q{n}"})])
+        store.remove(["q0"])
+        assert sorted(r.id for r in store.recover()) == sorted(f"q{n}" for n in range(1, 21))
+    finally:
+        store.close()
+    assert in_broker == []
+    assert list((tmp_path / "config" / "_delta_log").glob("*.checkpoint.parquet"))
+    again = DeltaConfigurationStore(str(tmp_path))
+    again.open()
+    try:
+        assert sorted(r.id for r in again.recover()) == sorted(f"q{n}" for n in range(1, 21))
+    finally:
+        again.close()
+
+
+def test_a_writer_process_that_died_is_started_again_and_one_dying_under_a_commit_fails_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("lakehouse.config_store.MODE", "process")
+    store = DeltaConfigurationStore(str(tmp_path))
+    store.open()
+    try:
+        store.save([ConfigurationRecord("q1", "Queue", None, {"name": "a"})])
+        assert store.process is not None and store.process._child is not None
+        child = store.process._child
+        child.kill()
+        child.wait()
+        store.save([ConfigurationRecord("q3", "Queue", None, {"name": "c"})])
+        assert store.process._child is not child
+        # one that dies under a commit fails it: nothing of it is taken for stored
+        second = store.process._child
+        second.kill()
+        second.wait()
+        monkeypatch.setattr(second, "poll", lambda: None)     # it dies after the writer looked
+        with pytest.raises(OSError) as info:
+            store.save([ConfigurationRecord("q2", "Queue", None, {"name": "b"})])
+        assert info.value.errno == errno.EIO
+        assert sorted(r.id for r in store.recover()) == ["q1", "q3"]
+    finally:
+        store.close()
+    again = DeltaConfigurationStore(str(tmp_path))
+    again.open()
+    try:
+        assert sorted(r.id for r in again.recover()) in (["q1", "q3"], ["q1", "q2", "q3"])
+    finally:
+        again.close()
 
 
 class _Vhost:
