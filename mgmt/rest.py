@@ -325,17 +325,23 @@ async def stored(obj: ConfiguredObject, change: Callable[[], T], in_namespace: b
     if not in_namespace or when_stored is None:
         return change()
     done = anyio.Event()
-    outcome: list[tuple[Any, BrokerError | None]] = []
+    outcome: list[tuple[Any, BrokerError | None, Any]] = []
 
     def settled(result: Any, error: BrokerError | None) -> None:
-        outcome.append((result, error))
+        # what the change journaled (a deleted queue's event) is in this group: noted now,
+        # before the loop hands it to the journal's writer
+        journal = getattr(vhost, "journal", None)
+        outcome.append((result, error, journal.pending if journal is not None else None))
         done.set()
 
     when_stored(change, settled)
-    await done.wait()
-    result, error = outcome[0]
+    if not outcome:                         # answered at once: no yield (see wait_durable)
+        await done.wait()
+    result, error, group = outcome[0]
     if error is not None:
         raise error
+    if group is not None:
+        await _durable(group)
     return result  # type: ignore[no-any-return]
 
 
@@ -349,10 +355,14 @@ async def wait_durable(objects: Iterable[ConfiguredObject]) -> None:
             journals[id(journal)] = journal
     for journal in journals.values():
         pending = journal.pending
-        if pending is None:
-            continue
-        done = anyio.Event()
-        pending.when_durable(done.set)
-        await done.wait()
-        if pending.error is not None:
-            raise ApiError(SERVICE_UNAVAILABLE, f"the change could not be made durable: {pending.error}")
+        if pending is not None:
+            await _durable(pending)
+
+
+async def _durable(group: Any) -> None:
+    """Wait for a journal group; 503 when it could not be made durable."""
+    done = anyio.Event()
+    group.when_durable(done.set)
+    await done.wait()
+    if group.error is not None:
+        raise ApiError(SERVICE_UNAVAILABLE, f"the change could not be made durable: {group.error}")
