@@ -6,8 +6,11 @@ which have no loop-lag statistics of their own).  It wraps the coroutine the
 broker hands to ``anyio.run`` so that, on the broker's own event loop, a
 timer fires every 10 ms and notes how late it ran; every tick later than
 1 ms is appended to the file named by ``DELTAMQ_LOOP_PROBE`` as
-``<wall-clock seconds> <lateness in ms>``.  A tick late by *n* ms means the
-loop ran nothing else for about *n* ms: every connection waited.
+``<wall-clock seconds> <lateness in ms> <loop thread CPU ms since the last tick>``.
+A tick late by *n* ms means the loop ran nothing else for about *n* ms:
+every connection waited.  The CPU figure tells why: a loop that was busy
+running something (CPU close to the lateness), or one that was not given a
+core or waited for the interpreter lock (CPU well below it).
 """
 
 from __future__ import annotations
@@ -28,14 +31,15 @@ def _start_probe(path: str) -> None:
     loop = asyncio.get_running_loop()
     out = open(path, "a", buffering=1)
     due = time.monotonic() + INTERVAL
+    cpu = time.thread_time()
 
     def tick() -> None:
-        nonlocal due
-        now = time.monotonic()
+        nonlocal due, cpu
+        now, cpu_now = time.monotonic(), time.thread_time()
         late = now - due
         if late > NOTE_ABOVE:
-            out.write(f"{time.time():.4f} {late * 1000:.3f}\n")
-        due = now + INTERVAL
+            out.write(f"{time.time():.4f} {late * 1000:.3f} {(cpu_now - cpu) * 1000:.3f}\n")
+        due, cpu = now + INTERVAL, cpu_now
         loop.call_later(INTERVAL, tick)
 
     loop.call_later(INTERVAL, tick)
