@@ -21,9 +21,10 @@ column                type                meaning
 ``changed_at``        timestamp[us, UTC]  when the change was made
 ====================  ==================  ==========================================
 
-Commits are made by a writer thread (:mod:`lakehouse.config_writer`), which
-groups the changes that arrive while a commit is in flight and writes the
-table's checkpoints after answering.  :meth:`DeltaConfigurationStore.submit`
+Commits are made by a writer (:mod:`lakehouse.config_writer`: a child
+process, or with ``DELTAMQ_CONFIG_WRITER=thread`` a thread), which groups the
+changes that arrive while a commit is in flight and writes the table's
+checkpoints off the event loop.  :meth:`DeltaConfigurationStore.submit`
 hands changes over without waiting (the event loop's way); ``save`` and
 ``remove`` return only once the Delta commit is durable (fsynced).
 

@@ -23,7 +23,8 @@ Where the commit runs (``DELTAMQ_CONFIG_WRITER``):
   (:mod:`lakehouse.journal_writer`); the thread only pickles the group onto a
   pipe and waits for the answer (``>I`` length + pickled changes; answer
   ``>BI`` status and length, then the error's ``errno`` and text when it
-  failed).  The child writes the table's checkpoints after answering.
+  failed).  The child writes the table's checkpoints in a thread of its
+  own, beside the commits (:class:`Checkpointer`).
 * ``thread``: in the thread itself.  Measured: a commit costs about 5 ms of
   CPU, much of it holding Python's interpreter lock (pyarrow's writer set-up,
   the commit's JSON, the checksum), and each time the broker's event loop
@@ -224,9 +225,8 @@ def _read(stream: IO[bytes], size: int) -> bytes:
     return data
 
 
-def serve(commit: Callable[[list[Change]], None], checkpoint: Callable[[], None],
-          checkpoint_due: Callable[[], bool], requests: IO[bytes], replies: IO[bytes]) -> None:
-    """The child's loop: commit each request, answer, then checkpoint when one is due."""
+def serve(commit: Callable[[list[Change]], None], requests: IO[bytes], replies: IO[bytes]) -> None:
+    """The child's loop: commit each request and answer it, until the end of the requests."""
     while True:
         try:
             header = _read(requests, REQUEST.size)
@@ -243,10 +243,42 @@ def serve(commit: Callable[[list[Change]], None], checkpoint: Callable[[], None]
         else:
             replies.write(REPLY.pack(0, 0))
         replies.flush()
-        if checkpoint_due():
+
+
+class Checkpointer:
+    """The child's checkpoint thread: a due checkpoint is written beside the commits, not before them.
+
+    A checkpoint takes 30-100 ms; written between two commits, it made every
+    20th declare wait that long.  Commits are blind appends committed
+    put-if-absent, so they and delta-rs's checkpoint of an earlier version do
+    not conflict (:mod:`lakehouse.delta_table`).  This process has no event
+    loop to disturb: its interpreter lock is the commits' and the checkpoints'.
+    """
+
+    def __init__(self, checkpoint: Callable[[], None]) -> None:
+        self._checkpoint = checkpoint
+        self._due = threading.Event()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="config-checkpoints", daemon=True)
+        self._thread.start()
+
+    def due(self) -> None:
+        self._due.set()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._due.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            self._due.wait()
+            self._due.clear()
+            if self._stopping:
+                return
             try:
-                checkpoint()
-            except Exception:
+                self._checkpoint()
+            except Exception:   # a missed checkpoint only makes reads slower: the next one comes
                 log.warning("checkpoint failed", exc_info=True)
 
 
@@ -262,19 +294,12 @@ def main(argv: list[str] | None = None) -> int:
 
     change_log = config_change_log(location)
     change_log.open()
-    due: list[bool] = []
-    change_log.table.on_checkpoint_due = lambda: due.append(True)
-
-    def checkpoint_due() -> bool:
-        if not due:
-            return False
-        due.clear()
-        return True
-
+    checkpoints = Checkpointer(change_log.table.checkpoint)
+    change_log.table.on_checkpoint_due = checkpoints.due
     try:
-        serve(change_log.change, change_log.table.checkpoint, checkpoint_due,
-              sys.stdin.buffer, sys.stdout.buffer)
+        serve(change_log.change, sys.stdin.buffer, sys.stdout.buffer)
     finally:
+        checkpoints.stop()
         change_log.close()
     return 0
 

@@ -37,8 +37,8 @@ import time
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, NoReturn, Protocol, Sequence, TypeVar, Union, cast
 
-from broker.errors import (AccessRefused, BrokerError, CommandInvalid, InternalError, NotAllowed,
-                           NotFound, PreconditionFailed, ResourceLocked, StoreFailed)
+from broker.errors import (AccessRefused, BrokerError, CommandInvalid, NotAllowed, NotFound,
+                           PreconditionFailed, ResourceLocked, StoreFailed)
 from broker.messaging.arguments import (
     EQUIVALENCE_CHECKED_EXCHANGE_ARGS, EQUIVALENCE_CHECKED_QUEUE_ARGS, EXCHANGE_ARGUMENTS, QUEUE_ARGUMENTS,
     UnknownArguments, describe_value, inequivalent_argument, queue_settings, required_alternate_of,
@@ -47,8 +47,7 @@ from broker.messaging.dead_letter import dead_lettered, is_cycle
 from broker.messaging.exchange import EXCHANGE_TYPES, Binding, DirectExchange, Exchange
 from broker.messaging.journal import MessageJournal
 from broker.messaging.last_value_queue import LastValueQueue
-from broker.messaging.stored_changes import (InFlight, MustStore, StoreTicket, StoreWriter, Deferral,
-                                             identity)
+from broker.messaging.stored_changes import StoredOperations
 from broker.messaging.message import Message
 from broker.messaging.priority_queue import PriorityQueue
 from broker.messaging.queue import Queue, QueueHost, enqueue_all
@@ -128,10 +127,8 @@ class Namespace:
         self.unknown_arguments: UnknownArguments = "IGNORE"
         self._logged_unknown: set[str] = set()
         self._wall_clock = wall_clock
-        #: set while an operation runs under :meth:`when_stored`
-        self._deferring: Deferral | None = None
-        #: changes handed to a background store and not yet durable, by object
-        self._in_flight = InFlight()
+        #: operations whose changes a background store keeps (:meth:`when_stored`)
+        self._stored_operations = StoredOperations(self)
         self._queues: dict[str, Queue] = {}
         self._timed: set[Queue] = set()
         #: statistics for management: messages (and body bytes) published into this virtual host
@@ -656,9 +653,8 @@ class Namespace:
 
     def _store(self, obj: DurableObject, verb: str, tell: Callable[[NamespaceListener], None], *,
                refuse: bool) -> None:
-        deferral = self._deferring
-        if deferral is not None:
-            self._store_in_background(deferral, obj, verb, refuse=refuse)
+        if self._stored_operations.deferring is not None:
+            self._stored_operations.store(obj, verb, refuse=refuse)
             return
         try:
             for listener in self.listeners:
@@ -667,35 +663,32 @@ class Namespace:
             raise
         except Exception as exc:
             what = _describe(obj)
-            self._store_failed(exc)
+            self.note_store_failure(exc)
             if refuse:
                 raise StoreFailed(f"cannot {verb} {what} in vhost '{self.vhost_name}': the configuration"
                                   f" store failed: {exc}") from exc
             return
-        self._store_succeeded()
+        self.note_store_success()
 
-    def _store_succeeded(self) -> None:
+    def describe(self, obj: DurableObject) -> str:
+        return _describe(obj)
+
+    @property
+    def restoring(self) -> bool:
+        """Objects are being restored from their records (nothing is stored)."""
+        return self._restoring
+
+    def note_store_success(self) -> None:
         if self.store_failure is not None:
             log.warning("configuration store of virtual host '%s': writes succeed again",
                         self.vhost_name)
             self.store_failure = None
 
-    def _store_failed(self, exc: BaseException) -> None:
+    def note_store_failure(self, exc: BaseException) -> None:
         if self.store_failure is None:
             log.error("configuration store of virtual host '%s': writes failing: %s",
                       self.vhost_name, exc)
         self.store_failure = exc
-
-    # -- durable changes stored in the background --------------------------------------------
-
-    def _store_writer(self) -> StoreWriter | None:
-        """The listener that stores in the background, when it is the only one."""
-        if len(self.listeners) != 1 or self._restoring:
-            return None
-        writer = self.listeners[0]
-        if not isinstance(writer, StoreWriter) or not writer.can_submit():
-            return None
-        return writer
 
     def when_stored(self, operation: Callable[[], T],
                     done: Callable[[T | None, BrokerError | None], None]) -> None:
@@ -705,99 +698,10 @@ class Namespace:
         it was refused (``StoreFailed`` when the store failed: then nothing
         of it was made).  Without a background store this is the plain call,
         and ``done`` is called before this returns; with one, ``done`` is
-        called from the event loop once the store has answered.
+        called from the event loop once the store has answered.  See
+        :class:`~broker.messaging.stored_changes.StoredOperations`.
         """
-        writer = self._store_writer()
-        if writer is None:
-            try:
-                result = operation()
-            except BrokerError as exc:
-                done(None, exc)
-                return
-            done(result, None)
-            return
-        self._attempt(operation, done, Deferral(writer))
-
-    def _attempt(self, operation: Callable[[], T], done: Callable[[T | None, BrokerError | None], None],
-                 deferral: Deferral) -> None:
-        self._deferring = deferral
-        try:
-            result = operation()
-        except MustStore as need:
-            self._deferring = None
-            obj, verb, wait = need.obj, need.verb, need.wait
-            again: Callable[[], None] = lambda: self._attempt(operation, done, deferral)
-            if wait is not None:
-                wait.append(again)                    # another change of the object goes first
-            else:
-                def stored(error: BaseException | None) -> None:
-                    if error is None:
-                        self._store_succeeded()
-                        deferral.stored(obj, verb)
-                        again()
-                        return
-                    self._store_failed(error)
-                    self._compensate(deferral)
-                    done(None, StoreFailed(f"cannot {verb} {_describe(obj)} in vhost"
-                                           f" '{self.vhost_name}': the configuration store failed:"
-                                           f" {error}"))
-                self._submit(deferral.writer, obj, verb, stored)
-            return
-        except BrokerError as exc:
-            self._deferring = None
-            self._compensate(deferral)
-            done(None, exc)
-            return
-        except Exception as exc:      # a bug: the waiting client hears of it, the loop goes on
-            self._deferring = None
-            log.exception("internal error in vhost '%s'", self.vhost_name)
-            self._compensate(deferral)
-            done(None, InternalError(f"internal error: {exc!r}"))
-            return
-        self._deferring = None
-        done(result, None)
-
-    def _store_in_background(self, deferral: Deferral, obj: DurableObject, verb: str, *,
-                             refuse: bool) -> None:
-        """``_store`` under :meth:`when_stored`: stored already, or stop and store first."""
-        if deferral.has_stored(obj, verb):
-            return
-        if refuse:
-            raise MustStore(obj, verb, self._in_flight.waiters(identity(obj)))
-        # a change the broker makes on its own (a cascade): made now, stored behind
-        def stored(error: BaseException | None) -> None:
-            if error is None:
-                self._store_succeeded()
-            else:
-                self._store_failed(error)
-        self._submit(deferral.writer, obj, verb, stored)
-
-    def _submit(self, writer: StoreWriter, obj: DurableObject, verb: str,
-                then: Callable[[BaseException | None], None]) -> None:
-        key = identity(obj)
-        self._in_flight.begin(key)
-
-        def landed(error: BaseException | None) -> None:
-            try:
-                then(error)
-            finally:
-                self._in_flight.end(key)
-        try:
-            ticket: StoreTicket = writer.submit(obj, created=verb == "create")
-        except Exception as exc:
-            landed(exc)
-            return
-        ticket.when_stored(landed)
-
-    def _compensate(self, deferral: Deferral) -> None:
-        """An operation refused after storing changes: store them undone (nothing left behind)."""
-        for obj, verb in deferral.take_stored():
-            undo = "delete" if verb == "create" else "create"
-            self._submit(deferral.writer, obj, undo, self._compensated)
-
-    def _compensated(self, error: BaseException | None) -> None:
-        if error is not None:
-            self._store_failed(error)
+        self._stored_operations.when_stored(operation, done)
 
     def records(self) -> list[dict[str, Any]]:
         """Records of every durable object, exchanges then queues then bindings."""

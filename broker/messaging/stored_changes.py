@@ -5,15 +5,20 @@ must be stored first stops with :class:`MustStore`; the namespace hands the
 change to the store's writer (a :class:`StoreWriter`), and once it is durable
 runs the operation again, with a :class:`Deferral` that remembers what is
 stored already.  :class:`InFlight` keeps, per object, the changes handed over
-and not yet durable, and who waits for them.
+and not yet durable, and who waits for them.  :class:`StoredOperations` is
+the namespace's side of it all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from broker.errors import StoreFailed
+from broker.errors import BrokerError, InternalError, StoreFailed
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: what names an exchange, a queue or a binding within a namespace
 Identity = tuple[Any, ...]
@@ -123,3 +128,151 @@ class InFlight:
         del self._count[key]
         for retry in self._waiters.pop(key, []):
             retry()
+
+
+class StoreHost(Protocol):
+    """What :class:`StoredOperations` needs of its namespace."""
+
+    vhost_name: str
+
+    @property
+    def listeners(self) -> Sequence[Any]: ...
+
+    @property
+    def restoring(self) -> bool: ...
+
+    def describe(self, obj: Any) -> str: ...
+
+    def note_store_success(self) -> None: ...
+
+    def note_store_failure(self, exc: BaseException) -> None: ...
+
+
+class StoredOperations:
+    """A namespace's operations whose durable changes a background store keeps.
+
+    An operation runs under :meth:`when_stored`; where it would store a
+    change, :meth:`store` (called by the namespace) stops it with
+    :class:`MustStore`; the change is submitted, and once durable the
+    operation runs again from the start, this time passing that store.
+    """
+
+    def __init__(self, namespace: StoreHost) -> None:
+        self.namespace = namespace
+        #: the operation running now under :meth:`when_stored` (None: stores are plain calls)
+        self.deferring: Deferral | None = None
+        #: changes handed to the store and not yet durable, by object
+        self.in_flight = InFlight()
+
+    def writer(self) -> StoreWriter | None:
+        """The listener that stores in the background, when it is the only one."""
+        if len(self.namespace.listeners) != 1 or self.namespace.restoring:
+            return None
+        writer = self.namespace.listeners[0]
+        if not isinstance(writer, StoreWriter) or not writer.can_submit():
+            return None
+        return writer
+
+    def when_stored(self, operation: Callable[[], T],
+                    done: Callable[[T | None, BrokerError | None], None]) -> None:
+        """Run ``operation`` (a declare, bind, unbind or delete) once what it changes is stored.
+
+        ``done(result, None)`` when it took effect, ``done(None, error)`` when
+        it was refused (``StoreFailed`` when the store failed: then nothing
+        of it was made).  Without a background store this is the plain call,
+        and ``done`` is called before this returns; with one, ``done`` is
+        called from the event loop once the store has answered.
+        """
+        writer = self.writer()
+        if writer is None:
+            try:
+                result = operation()
+            except BrokerError as exc:
+                done(None, exc)
+                return
+            done(result, None)
+            return
+        self._attempt(operation, done, Deferral(writer))
+
+    def _attempt(self, operation: Callable[[], T], done: Callable[[T | None, BrokerError | None], None],
+                 deferral: Deferral) -> None:
+        self.deferring = deferral
+        try:
+            result = operation()
+        except MustStore as need:
+            self.deferring = None
+            obj, verb, wait = need.obj, need.verb, need.wait
+            again: Callable[[], None] = lambda: self._attempt(operation, done, deferral)
+            if wait is not None:
+                wait.append(again)                    # another change of the object goes first
+            else:
+                def stored(error: BaseException | None) -> None:
+                    if error is None:
+                        self.namespace.note_store_success()
+                        deferral.stored(obj, verb)
+                        again()
+                        return
+                    self.namespace.note_store_failure(error)
+                    self._compensate(deferral)
+                    done(None, StoreFailed(f"cannot {verb} {self.namespace.describe(obj)} in vhost"
+                                           f" '{self.namespace.vhost_name}': the configuration store failed:"
+                                           f" {error}"))
+                self._submit(deferral.writer, obj, verb, stored)
+            return
+        except BrokerError as exc:
+            self.deferring = None
+            self._compensate(deferral)
+            done(None, exc)
+            return
+        except Exception as exc:      # a bug: the waiting client hears of it, the loop goes on
+            self.deferring = None
+            log.exception("internal error in vhost '%s'", self.namespace.vhost_name)
+            self._compensate(deferral)
+            done(None, InternalError(f"internal error: {exc!r}"))
+            return
+        self.deferring = None
+        done(result, None)
+
+    def store(self, obj: Any, verb: str, *, refuse: bool) -> None:
+        """The namespace's store of ``obj`` under :meth:`when_stored`: stored already, or stop and store first."""
+        deferral = self.deferring
+        assert deferral is not None
+        if deferral.has_stored(obj, verb):
+            return
+        if refuse:
+            raise MustStore(obj, verb, self.in_flight.waiters(identity(obj)))
+        # a change the broker makes on its own (a cascade): made now, stored behind
+        def stored(error: BaseException | None) -> None:
+            if error is None:
+                self.namespace.note_store_success()
+            else:
+                self.namespace.note_store_failure(error)
+        self._submit(deferral.writer, obj, verb, stored)
+
+    def _submit(self, writer: StoreWriter, obj: Any, verb: str,
+                then: Callable[[BaseException | None], None]) -> None:
+        key = identity(obj)
+        self.in_flight.begin(key)
+
+        def landed(error: BaseException | None) -> None:
+            try:
+                then(error)
+            finally:
+                self.in_flight.end(key)
+        try:
+            ticket: StoreTicket = writer.submit(obj, created=verb == "create")
+        except Exception as exc:
+            landed(exc)
+            return
+        ticket.when_stored(landed)
+
+    def _compensate(self, deferral: Deferral) -> None:
+        """An operation refused after storing changes: store them undone (nothing left behind)."""
+        for obj, verb in deferral.take_stored():
+            undo = "delete" if verb == "create" else "create"
+            self._submit(deferral.writer, obj, undo, self._compensated)
+
+    def _compensated(self, error: BaseException | None) -> None:
+        if error is not None:
+            self.namespace.note_store_failure(error)
+
