@@ -106,9 +106,16 @@ def _stalls(probe_file: str, start: float, end: float) -> list[tuple[float, floa
     with open(probe_file) as f:
         for line in f:
             at, late, cpu = line.split()
-            if start <= float(at) <= end:
+            if start <= float(at) <= end and late != "gc2":
                 out.append((float(late), float(cpu)))
     return out
+
+
+def _collections(probe_file: str, start: float, end: float) -> list[float]:
+    """Durations (ms) of the full garbage collections between ``start`` and ``end``."""
+    with open(probe_file) as f:
+        return [float(ms) for at, kind, ms in (line.split() for line in f)
+                if kind == "gc2" and start <= float(at) <= end]
 
 
 def _figures(stalls: list[tuple[float, float]]) -> tuple[float, int, float]:
@@ -140,6 +147,7 @@ def one_run(label: str, repo: Path, declares: int, rate: int, log: Any) -> dict[
         publisher.terminate()
         publisher.join(10)
         stalls = _stalls(probe_file, start, end)
+        collections = _collections(probe_file, start, end)
     finally:
         broker.stop()
         if os.path.exists(probe_file):
@@ -149,6 +157,7 @@ def one_run(label: str, repo: Path, declares: int, rate: int, log: Any) -> dict[
         "label": label, "declares": len(latencies),
         "median_ms": statistics.median(ordered), "p99_ms": ordered[int(len(ordered) * 0.99) - 1],
         "max_ms": ordered[-1], "seconds": end - start, "publish_rate": flow,
+        "full_gc": len(collections), "full_gc_max_ms": max(collections, default=0.0),
     }
     figures["loop_stall_max_ms"], figures["stalls_over_5ms"], figures["loop_busy_max_ms"] = _figures(stalls)
     (figures["baseline_stall_max_ms"], figures["baseline_stalls_over_5ms"],
@@ -158,7 +167,8 @@ def one_run(label: str, repo: Path, declares: int, rate: int, log: Any) -> dict[
         f" (busy {figures['loop_busy_max_ms']:5.2f}), {figures['stalls_over_5ms']} over {STALL_MS:.0f} ms"
         f" | flow {flow:,.0f} msg/s over {end - start:.1f} s | flow alone: stall max"
         f" {figures['baseline_stall_max_ms']:.2f} ms (busy {figures['baseline_busy_max_ms']:.2f}),"
-        f" {figures['baseline_stalls_over_5ms']} over {STALL_MS:.0f} ms")
+        f" {figures['baseline_stalls_over_5ms']} over {STALL_MS:.0f} ms | full GCs {len(collections)},"
+        f" longest {figures['full_gc_max_ms']:.2f} ms")
     return figures
 
 

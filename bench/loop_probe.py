@@ -8,7 +8,8 @@ timer fires every 10 ms and notes how late it ran; every tick later than
 1 ms is appended to the file named by ``DELTAMQ_LOOP_PROBE`` as
 ``<wall-clock seconds> <lateness in ms> <loop thread CPU ms since the last tick>``.
 A tick late by *n* ms means the loop ran nothing else for about *n* ms:
-every connection waited.  The CPU figure tells why: a loop that was busy
+every connection waited.  Full garbage collections are noted as
+``<wall-clock seconds> gc2 <ms>``.  The CPU figure tells why: a loop that was busy
 running something (CPU close to the lateness), or one that was not given a
 core or waited for the interpreter lock (CPU well below it).
 """
@@ -16,6 +17,7 @@ core or waited for the interpreter lock (CPU well below it).
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import sys
 import time
@@ -43,6 +45,19 @@ def _start_probe(path: str) -> None:
         loop.call_later(INTERVAL, tick)
 
     loop.call_later(INTERVAL, tick)
+
+    # garbage collections of the oldest generation, which can stop the loop too
+    started = [0.0]
+
+    def collected(phase: str, info: dict[str, int]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            out.write(f"{time.time():.4f} gc2 {(time.perf_counter() - started[0]) * 1000:.3f}\n")
+
+    gc.callbacks.append(collected)
 
 
 def main() -> int:

@@ -175,14 +175,7 @@ class StoredOperations:
 
     def when_stored(self, operation: Callable[[], T],
                     done: Callable[[T | None, BrokerError | None], None]) -> None:
-        """Run ``operation`` (a declare, bind, unbind or delete) once what it changes is stored.
-
-        ``done(result, None)`` when it took effect, ``done(None, error)`` when
-        it was refused (``StoreFailed`` when the store failed: then nothing
-        of it was made).  Without a background store this is the plain call,
-        and ``done`` is called before this returns; with one, ``done`` is
-        called from the event loop once the store has answered.
-        """
+        """:meth:`Namespace.when_stored <broker.messaging.namespace.Namespace.when_stored>`."""
         writer = self.writer()
         if writer is None:
             try:
