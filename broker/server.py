@@ -252,6 +252,7 @@ async def _run(broker: Any, alarms: ResourceAlarms, tg: TaskGroup) -> None:
             vhost.journal.attach_loop(asyncio.get_running_loop())
     tg.start_soon(_drive_virtual_hosts, broker)
     tg.start_soon(_watch_resources, broker, alarms)
+    broker.loop_lag.start(asyncio.get_running_loop())
     log.info("DeltaMQ %s ready", __version__)
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:

@@ -47,16 +47,42 @@ class ChangeLog:
         self.current = {}
         for row in self.table.read("SELECT * FROM t ORDER BY seq").to_pylist():
             self._seq = max(self._seq, int(row["seq"]))
-            if row["op"] == "remove":
-                self.current.pop(self.key(row), None)
-            else:
-                self.current[self.key(row)] = row
+            self._apply(row)
 
     def save(self, rows: Iterable[Row]) -> None:
         self._write([{**row, "op": "save"} for row in rows])
 
     def remove(self, keys: Iterable[Any]) -> None:
-        self._write([{**self.current[k], "op": "remove"} for k in keys if k in self.current])
+        self.change([("remove", key) for key in keys])
+
+    def change(self, changes: Iterable[tuple[str, Any]]) -> None:
+        """Saves (``("save", row)``) and removals (``("remove", key)``) in order, one commit.
+
+        A removal of a key saved earlier in the same call removes that save's
+        row (the last saved attributes are what a ``remove`` row carries).
+        """
+        self._write(self.rows(changes))
+
+    def fold(self, changes: Iterable[tuple[str, Any]]) -> None:
+        """Take ``changes`` into :attr:`current` without writing (another process committed them)."""
+        for row in self.rows(changes):
+            self._apply(row)
+
+    def rows(self, changes: Iterable[tuple[str, Any]]) -> list[Row]:
+        """The rows that record ``changes`` (see :meth:`change`), without ``seq`` and time."""
+        rows: list[Row] = []
+        latest: dict[Any, Row | None] = {}
+        for op, item in changes:
+            if op == "save":
+                row = {**item, "op": "save"}
+                latest[self.key(row)] = row
+                rows.append(row)
+            else:
+                last = latest[item] if item in latest else self.current.get(item)
+                if last is not None:
+                    rows.append({**last, "op": "remove"})
+                latest[item] = None
+        return rows
 
     def _write(self, rows: list[Row]) -> None:
         """One Delta commit for all of ``rows``, durable (fsynced, or PUT) before returning."""
@@ -68,10 +94,13 @@ class ChangeLog:
             row["seq"], row["changed_at"] = self._seq, now
         self.table.append(pa.Table.from_pylist(rows, schema=self.schema))
         for row in rows:
-            if row["op"] == "remove":
-                self.current.pop(self.key(row), None)
-            else:
-                self.current[self.key(row)] = row
+            self._apply(row)
+
+    def _apply(self, row: Row) -> None:
+        if row["op"] == "remove":
+            self.current.pop(self.key(row), None)
+        else:
+            self.current[self.key(row)] = row
 
     def close(self) -> None:
         self.table.close()

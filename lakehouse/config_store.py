@@ -21,7 +21,12 @@ column                type                meaning
 ``changed_at``        timestamp[us, UTC]  when the change was made
 ====================  ==================  ==========================================
 
-``save``/``remove`` return only once the Delta commit is durable (fsynced).
+Commits are made by a writer (:mod:`lakehouse.config_writer`: a child
+process, or with ``DELTAMQ_CONFIG_WRITER=thread`` a thread), which groups the
+changes that arrive while a commit is in flight and writes the table's
+checkpoints off the event loop.  :meth:`DeltaConfigurationStore.submit`
+hands changes over without waiting (the event loop's way); ``save`` and
+``remove`` return only once the Delta commit is durable (fsynced).
 
 ``storePath`` may also be an object storage URI (``s3://bucket/prefix``): the
 node's tables (``config``, ``link_termini``, ``journal``) are then kept there,
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from concurrent.futures import Future
 
 import pyarrow as pa
 
@@ -42,6 +48,7 @@ from broker.errors import ConfigurationError
 from broker.model.config_store import ConfigurationRecord, ordered
 
 from .change_log import ChangeLog, Row, change_log_schema
+from .config_writer import MODE, Change, ConfigurationWriter, WriterProcess
 from .delta_table import AppendOnlyTable, Location, child_location, is_uri, local_path
 from .journal import DeltaMessageJournal
 from .termini_store import DeltaTerminusStore
@@ -54,6 +61,11 @@ CONFIG_SCHEMA = change_log_schema(
 )
 
 
+def config_change_log(location: Location) -> ChangeLog:
+    """The change log of a ``config`` table (the broker's, and the writer process's)."""
+    return ChangeLog(location, CONFIG_SCHEMA, lambda row: row["id"], name="config")
+
+
 class DeltaConfigurationStore:
     """:class:`~broker.model.config_store.DurableConfigurationStore` over a Delta table."""
 
@@ -62,8 +74,11 @@ class DeltaConfigurationStore:
             raise ConfigurationError("a virtual host node of type 'delta' needs a storePath")
         #: a local directory (Path), or an object storage URI (str, never a Path: ``s3://``)
         self.path: Location = path.rstrip("/") if is_uri(path) else local_path(path)
-        self.log = ChangeLog(child_location(self.path, "config"), CONFIG_SCHEMA, lambda row: row["id"],
-                             name="config")
+        self.log = config_change_log(child_location(self.path, "config"))
+        #: commits in a child process (MODE "process") or in the writer thread ("thread")
+        self.process = WriterProcess(str(self.log.table.uri)) if MODE == "process" else None
+        self.writer = ConfigurationWriter(self._commit, self.log.table.checkpoint,
+                                          name=f"config-writer {self.path}")
 
     @property
     def table(self) -> AppendOnlyTable:
@@ -79,21 +94,54 @@ class DeltaConfigurationStore:
 
     def open(self) -> None:
         self.log.open()
+        if self.process is not None:
+            self.process.start()              # checkpoints are the process's
+        else:
+            # checkpoints are the writer thread's, written after it answered the group's waiters
+            self.log.table.on_checkpoint_due = self.writer.checkpoint_due
+        self.writer.start()
+
+    def _commit(self, changes: list[Change]) -> None:
+        """One group commit (the writer thread): in the writer process, or here."""
+        if self.process is None:
+            self.log.change(changes)
+            return
+        self.process.commit(changes)
+        self.log.fold(changes)                # what recover() answers from now on
 
     def recover(self) -> list[ConfigurationRecord]:
         """The current records, parents before children, as fresh copies."""
         return ordered([_record(row) for row in self.log.current.values()])
 
+    def submit(self, records: Iterable[ConfigurationRecord] = (),
+               remove: Iterable[str] = ()) -> Future[None]:
+        """Save ``records`` and then remove ``remove`` (ids) in the writer's next group commit.
+
+        Does not wait: the future is done once the change is durable, or
+        failed (its exception: nothing of it was stored).  Safe to call from
+        any thread; changes are committed in the order they were submitted.
+        """
+        changes: list[Change] = [("save", _row(r)) for r in records]
+        changes += [("remove", record_id) for record_id in remove]
+        return self.writer.submit(changes)
+
     def save(self, records: Iterable[ConfigurationRecord]) -> None:
-        self.log.save({"id": r.id, "category": r.category, "parent_id": r.parent_id,
-                       "attributes": json.dumps(dict(r.attributes), sort_keys=True, default=str)}
-                      for r in records)
+        self.submit(records).result()
 
     def remove(self, ids: Iterable[str]) -> None:
-        self.log.remove(ids)
+        self.submit(remove=ids).result()
 
     def close(self) -> None:
+        self.writer.stop()
+        if self.process is not None:
+            self.process.stop()
         self.log.close()
+
+
+def _row(record: ConfigurationRecord) -> Row:
+    # serialised on the caller's side: what the model changes later is not what was stored
+    return {"id": record.id, "category": record.category, "parent_id": record.parent_id,
+            "attributes": json.dumps(dict(record.attributes), sort_keys=True, default=str)}
 
 
 def _record(row: Row) -> ConfigurationRecord:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import anyio
 
@@ -211,7 +211,8 @@ class RestApi:
             raise ApiError(CONFLICT, f"{parent.label} already has a {target.category}"
                                      f" named '{name}'")
         self._check(principal, Action.CREATE, parent, target.category)
-        created = parent.create_child(target.category, data)
+        created = await stored(parent, lambda: parent.create_child(target.category, data),
+                               target.category in NAMESPACE_CATEGORIES)
         await wait_durable([created])
         return Reply(201, self.representer.represent(created, ViewOptions()),
                      {"Location": paths.url_of(created, path.version)})
@@ -255,7 +256,7 @@ class RestApi:
             self._check(principal, Action.DELETE, obj, obj.category)
         for obj in found:
             try:
-                obj.delete()
+                await stored(obj, obj.delete, obj.category in NAMESPACE_CATEGORIES)
             except BrokerError as exc:
                 raise from_broker_error(exc, configuration_status=CONFLICT) from None
         await wait_durable(found)
@@ -275,7 +276,8 @@ class RestApi:
             raise ApiError(METHOD_NOT_ALLOWED, f"operation '{name}' changes the broker:"
                                                " invoke it with POST")
         self._check(principal, Action.INVOKE if found.changes else Action.READ, obj, obj.category)
-        result = found.invoke(obj, arguments)
+        result = await stored(obj, lambda: found.invoke(obj, arguments),
+                              found.changes and obj.category in NAMESPACE_CATEGORIES)
         if found.changes:
             await wait_durable([obj])
         if isinstance(result, Content):
@@ -306,6 +308,43 @@ def parse_object(body: bytes, *, allow_empty: bool = False) -> dict[str, Any]:
     return data
 
 
+#: categories whose objects live in a virtual host's namespace (declared, bound, deleted there)
+NAMESPACE_CATEGORIES = frozenset({"Queue", "Exchange"})
+T = TypeVar("T")
+
+
+async def stored(obj: ConfiguredObject, change: Callable[[], T], in_namespace: bool) -> T:
+    """Make ``change`` to a queue or exchange (``in_namespace``) once it is stored.
+
+    The namespace of ``obj``'s virtual host runs it through its configuration
+    store's writer (:meth:`~broker.messaging.namespace.Namespace.when_stored`):
+    the request waits, the event loop does not.  Other changes are made at once.
+    """
+    vhost = obj.ancestor("VirtualHost")
+    when_stored = getattr(getattr(vhost, "namespace", None), "when_stored", None)
+    if not in_namespace or when_stored is None:
+        return change()
+    done = anyio.Event()
+    outcome: list[tuple[Any, BrokerError | None, Any]] = []
+
+    def settled(result: Any, error: BrokerError | None) -> None:
+        # what the change journaled (a deleted queue's event) is in this group: noted now,
+        # before the loop hands it to the journal's writer
+        journal = getattr(vhost, "journal", None)
+        outcome.append((result, error, journal.pending if journal is not None else None))
+        done.set()
+
+    when_stored(change, settled)
+    if not outcome:                         # answered at once: no yield (see wait_durable)
+        await done.wait()
+    result, error, group = outcome[0]
+    if error is not None:
+        raise error
+    if group is not None:
+        await _durable(group)
+    return result  # type: ignore[no-any-return]
+
+
 async def wait_durable(objects: Iterable[ConfiguredObject]) -> None:
     """Return once what these objects' virtual hosts journaled so far is on disk."""
     journals: dict[int, Any] = {}
@@ -316,10 +355,14 @@ async def wait_durable(objects: Iterable[ConfiguredObject]) -> None:
             journals[id(journal)] = journal
     for journal in journals.values():
         pending = journal.pending
-        if pending is None:
-            continue
-        done = anyio.Event()
-        pending.when_durable(done.set)
-        await done.wait()
-        if pending.error is not None:
-            raise ApiError(SERVICE_UNAVAILABLE, f"the change could not be made durable: {pending.error}")
+        if pending is not None:
+            await _durable(pending)
+
+
+async def _durable(group: Any) -> None:
+    """Wait for a journal group; 503 when it could not be made durable."""
+    done = anyio.Event()
+    group.when_durable(done.set)
+    await done.wait()
+    if group.error is not None:
+        raise ApiError(SERVICE_UNAVAILABLE, f"the change could not be made durable: {group.error}")

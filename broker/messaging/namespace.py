@@ -17,6 +17,16 @@ refused with :class:`~broker.errors.StoreFailed` and changes nothing.  A
 deletion the broker makes on its own (auto-delete, x-expires, a cascade) is
 made anyway; its object may come back after a restart.  The store's failing
 and recovering are logged once each.
+
+A store that commits in the background (a listener with ``submit``, such as
+the Delta configuration store's writer thread) is used through
+:meth:`Namespace.when_stored`: the operation runs up to the point where a
+durable change must be stored, the change is handed to the store, and the
+operation runs again -- from the start, against the namespace as it is then
+-- once the store has it; so the event loop never waits for a commit, and a
+change still takes effect only once stored.  Changes of one object (a queue,
+an exchange, a binding) are stored one after the other: an operation that
+meets an object whose change is in flight waits for it, then runs again.
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ import logging
 import secrets
 import time
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Mapping, NoReturn, Protocol, Union
+from typing import Any, Callable, Iterable, Mapping, NoReturn, Protocol, Sequence, TypeVar, Union, cast
 
 from broker.errors import (AccessRefused, BrokerError, CommandInvalid, NotAllowed, NotFound,
                            PreconditionFailed, ResourceLocked, StoreFailed)
@@ -36,6 +46,7 @@ from broker.messaging.arguments import (
 from broker.messaging.exchange import EXCHANGE_TYPES, Binding, DirectExchange, Exchange
 from broker.messaging.journal import MessageJournal
 from broker.messaging.last_value_queue import LastValueQueue
+from broker.messaging.stored_changes import StoredOperations
 from broker.messaging.message import Message
 from broker.messaging.priority_queue import PriorityQueue
 from broker.messaging.queue import Queue, QueueHost
@@ -61,6 +72,7 @@ _QUEUE_CLASSES: dict[str, type[Queue]] = {
 _DEFAULT_EXCHANGE_REFUSAL = "operation not permitted on the default exchange"
 
 DurableObject = Union[Exchange, Queue, Binding]
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +127,8 @@ class Namespace(Routing):
         self.unknown_arguments: UnknownArguments = "IGNORE"
         self._logged_unknown: set[str] = set()
         self._wall_clock = wall_clock
+        #: operations whose changes a background store keeps (:meth:`when_stored`)
+        self._stored_operations = StoredOperations(self)
         self._queues: dict[str, Queue] = {}
         self._timed: set[Queue] = set()
         #: statistics for management: messages (and body bytes) published into this virtual host
@@ -525,6 +539,9 @@ class Namespace(Routing):
 
     def _store(self, obj: DurableObject, verb: str, tell: Callable[[NamespaceListener], None], *,
                refuse: bool) -> None:
+        if self._stored_operations.deferring is not None:
+            self._stored_operations.store(obj, verb, refuse=refuse)
+            return
         try:
             for listener in self.listeners:
                 tell(listener)
@@ -532,18 +549,45 @@ class Namespace(Routing):
             raise
         except Exception as exc:
             what = _describe(obj)
-            if self.store_failure is None:
-                log.error("configuration store of virtual host '%s': writes failing: %s",
-                          self.vhost_name, exc)
-            self.store_failure = exc
+            self.note_store_failure(exc)
             if refuse:
                 raise StoreFailed(f"cannot {verb} {what} in vhost '{self.vhost_name}': the configuration"
                                   f" store failed: {exc}") from exc
             return
+        self.note_store_success()
+
+    def describe(self, obj: DurableObject) -> str:
+        return _describe(obj)
+
+    @property
+    def restoring(self) -> bool:
+        """Objects are being restored from their records (nothing is stored)."""
+        return self._restoring
+
+    def note_store_success(self) -> None:
         if self.store_failure is not None:
             log.warning("configuration store of virtual host '%s': writes succeed again",
                         self.vhost_name)
             self.store_failure = None
+
+    def note_store_failure(self, exc: BaseException) -> None:
+        if self.store_failure is None:
+            log.error("configuration store of virtual host '%s': writes failing: %s",
+                      self.vhost_name, exc)
+        self.store_failure = exc
+
+    def when_stored(self, operation: Callable[[], T],
+                    done: Callable[[T | None, BrokerError | None], None]) -> None:
+        """Run ``operation`` (a declare, bind, unbind or delete) once what it changes is stored.
+
+        ``done(result, None)`` when it took effect, ``done(None, error)`` when
+        it was refused (``StoreFailed`` when the store failed: then nothing
+        of it was made).  Without a background store this is the plain call,
+        and ``done`` is called before this returns; with one, ``done`` is
+        called from the event loop once the store has answered.  See
+        :class:`~broker.messaging.stored_changes.StoredOperations`.
+        """
+        self._stored_operations.when_stored(operation, done)
 
     def records(self) -> list[dict[str, Any]]:
         """Records of every durable object, exchanges then queues then bindings."""

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from broker.errors import ConfigurationError
+from broker.loop_lag import LoopLag
 from broker.model.attributes import attribute, derived
 from broker.model.configured_object import ConfiguredObject, State
 from broker.resource_alarms import resident_memory
@@ -72,6 +73,8 @@ class Broker(ConfiguredObject):
         self.resource_alarms: ResourceAlarms | None = None
         #: failed logins of every provider and port (settings from context on open)
         self.login_throttle = LoginThrottle()
+        #: how late the event loop runs its timers (started by the server)
+        self.loop_lag = LoopLag()
 
     @derived(str, description="The version of DeltaMQ running (Broker-J's productVersion)")
     def product_version(self) -> str:
@@ -151,6 +154,17 @@ class Broker(ConfiguredObject):
                                             " address or user was blocked after failures")
     def logins_throttled(self) -> int:
         return self.login_throttle.refused
+
+    @derived(float, statistic=True,
+             description="The longest the event loop was kept from running since the broker"
+                         " started, in milliseconds (measured by a timer every 10 ms)")
+    def event_loop_lag_max(self) -> float:
+        return round(self.loop_lag.max_lag * 1000, 3)
+
+    @derived(int, counter=True,
+             description="Times the event loop was kept from running for more than 5 ms")
+    def event_loop_stalls(self) -> int:
+        return self.loop_lag.stalls
 
     def _summed_over_hosts(self, statistic: str) -> int:
         return sum(int(getattr(vhost, statistic)) for vhost in self.virtual_hosts)

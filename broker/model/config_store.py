@@ -7,13 +7,17 @@ virtual host).  Records whose parent is the owner itself carry
 ``parent_id=None``.  Stores are plugins of entry point group
 ``deltamq.stores`` chosen by a ``type`` (``memory`` here; the lakehouse
 provides ``delta``).  Calls happen on the event loop; a store that does slow
-I/O hands it to a worker thread itself.
+I/O hands it to a worker thread itself, and offers :meth:`BackgroundStore.submit`
+so the loop can hand a change over and hear back (:class:`LoopTicket`)
+instead of waiting for the commit.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -60,6 +64,39 @@ class DurableConfigurationStore(Protocol):
 
     def close(self) -> None:
         ...
+
+
+@runtime_checkable
+class BackgroundStore(Protocol):
+    """A store that commits in the background: hand a change over, hear back later."""
+
+    def submit(self, records: Iterable[ConfigurationRecord] = (),
+               remove: Iterable[str] = ()) -> Future[None]:
+        """Save ``records``, then remove the ids in ``remove``, as one durable change.
+
+        The future is done once the change is durable, or has the exception
+        when it failed (then nothing of it was stored).  Changes are stored
+        in the order they were submitted.
+        """
+        ...
+
+
+class LoopTicket:
+    """A submitted change whose outcome is delivered on an event loop."""
+
+    def __init__(self, future: Future[None], loop: asyncio.AbstractEventLoop) -> None:
+        self.future = future
+        self.loop = loop
+
+    def when_stored(self, callback: Callable[[BaseException | None], None]) -> None:
+        """``callback(None)`` once durable, ``callback(error)`` if not; on the loop, in submission order."""
+        def settled(future: Future[None]) -> None:
+            try:
+                self.loop.call_soon_threadsafe(callback, future.exception())
+            except RuntimeError:
+                pass                          # the loop is closed: nobody waits any more
+
+        self.future.add_done_callback(settled)
 
 
 class MemoryConfigurationStore:

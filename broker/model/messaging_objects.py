@@ -16,6 +16,7 @@ object.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,7 +24,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from broker.errors import BrokerError, ConfigurationError, NotFound, StoreFailed
 from broker.model.attributes import Attribute, attribute, derived, named
-from broker.model.config_store import ConfigurationRecord, DurableConfigurationStore
+from broker.model.config_store import BackgroundStore, ConfigurationRecord, DurableConfigurationStore, \
+    LoopTicket
 from broker.model.configured_object import ConfiguredObject, State
 from broker.model.operations import operation
 from broker.model.runtime import RuntimeObject
@@ -484,12 +486,14 @@ class NamespaceRecords:
             self._ids[self._key(dict(r.attributes))] = r.id
         namespace.restore([dict(r.attributes) for r in mine])
 
-    def object_created(self, obj: Any) -> None:
+    def _configuration_record(self, obj: Any) -> ConfigurationRecord:
         record = cast("dict[str, Any]", obj.to_record())
-        key = self._key(record)
-        record_id = self._ids.setdefault(key, str(uuid.uuid4()))
+        record_id = self._ids.setdefault(self._key(record), str(uuid.uuid4()))
         category = self.CATEGORY.get(str(record.get("object")), "Binding")
-        self.store.save([ConfigurationRecord(record_id, category, self.vhost.id, record)])
+        return ConfigurationRecord(record_id, category, self.vhost.id, record)
+
+    def object_created(self, obj: Any) -> None:
+        self.store.save([self._configuration_record(obj)])
 
     def object_deleted(self, obj: Any) -> None:
         key = self._key(cast("dict[str, Any]", obj.to_record()))
@@ -497,3 +501,30 @@ class NamespaceRecords:
         if record_id is not None:
             self.store.remove([record_id])      # kept when this fails: the delete is refused
             del self._ids[key]
+
+    # -- StoreWriter: the event loop hands changes over and hears back -------------------
+
+    def can_submit(self) -> bool:
+        if not isinstance(self.store, BackgroundStore):
+            return False
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return False                        # no loop to hear back on: store synchronously
+        return True
+
+    def submit(self, obj: Any, *, created: bool) -> LoopTicket:
+        store = cast(BackgroundStore, self.store)
+        loop = asyncio.get_running_loop()
+        if created:
+            return LoopTicket(store.submit([self._configuration_record(obj)]), loop)
+        key = self._key(cast("dict[str, Any]", obj.to_record()))
+        record_id = self._ids.pop(key, None)
+        # an id nobody stored: removing it changes nothing, but the ticket still keeps the order
+        ticket = LoopTicket(store.submit(remove=[record_id] if record_id else []), loop)
+        if record_id is not None:
+            def kept(error: BaseException | None) -> None:
+                if error is not None:               # not removed: the record keeps its id
+                    self._ids.setdefault(key, record_id)
+            ticket.when_stored(kept)
+        return ticket

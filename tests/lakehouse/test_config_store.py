@@ -48,6 +48,8 @@ def test_the_store_keeps_what_was_written_not_the_callers_object(tmp_path: Path)
 
 
 def test_every_commit_is_fsynced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the commit path is the same in the writer process: watched here in the writer thread
+    monkeypatch.setattr("lakehouse.config_store.MODE", "thread")
     store = DeltaConfigurationStore(str(tmp_path))
     store.open()
     synced: list[str] = []

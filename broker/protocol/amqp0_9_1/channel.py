@@ -38,6 +38,7 @@ from .codec import malformed_reason
 from .delivery import Subscription, deliver_frames, get_ok_frames, return_frames
 from .properties import CODEC, decode_properties, encode_properties, parse_content_header
 from .replies import Reservation, ReplyOrder
+from .store_wait import when_stored
 
 if TYPE_CHECKING:
     from broker.messaging.journal import Durability, MessageJournal
@@ -629,27 +630,31 @@ class Channel:
         self._publish = None
 
     # -- exchange class ----------------------------------------------------------
+    # Declares, deletes, binds and unbinds answer once their durable change is stored, and
+    # the channel's later frames wait until then (.store_wait); see Namespace.when_stored.
+    def _ok(self, method: m.Method, answer: m.Method) -> Callable[[object], None]:
+        nowait = getattr(method, "nowait", False)
+        return lambda _result: None if nowait else self.reply(answer)
+
     def _exchange_declare(self, method: m.ExchangeDeclare) -> None:
-        self.namespace.declare_exchange(
+        when_stored(self, method, lambda: self.namespace.declare_exchange(
             method.exchange, method.type, passive=method.passive, durable=method.durable,
-            auto_delete=method.auto_delete, internal=method.internal, arguments=method.arguments)
-        if not method.nowait:
-            self.reply(m.ExchangeDeclareOk())
+            auto_delete=method.auto_delete, internal=method.internal, arguments=method.arguments),
+            self._ok(method, m.ExchangeDeclareOk()))
 
     def _exchange_delete(self, method: m.ExchangeDelete) -> None:
-        self.namespace.delete_exchange(method.exchange, if_unused=method.if_unused)
-        if not method.nowait:
-            self.reply(m.ExchangeDeleteOk())
+        when_stored(self, method, lambda: self.namespace.delete_exchange(method.exchange, if_unused=method.if_unused),
+                    self._ok(method, m.ExchangeDeleteOk()))
 
     def _exchange_bind(self, method: m.ExchangeBind) -> None:
-        self.namespace.bind_exchange(method.destination, method.source, method.routing_key, method.arguments)
-        if not method.nowait:
-            self.reply(m.ExchangeBindOk())
+        when_stored(self, method, lambda: self.namespace.bind_exchange(
+            method.destination, method.source, method.routing_key, method.arguments),
+            self._ok(method, m.ExchangeBindOk()))
 
     def _exchange_unbind(self, method: m.ExchangeUnbind) -> None:
-        self.namespace.unbind_exchange(method.destination, method.source, method.routing_key, method.arguments)
-        if not method.nowait:
-            self.reply(m.ExchangeUnbindOk())
+        when_stored(self, method, lambda: self.namespace.unbind_exchange(
+            method.destination, method.source, method.routing_key, method.arguments),
+            self._ok(method, m.ExchangeUnbindOk()))
 
     def _exchange_bound(self, method: m.ExchangeBound) -> None:
         # Qpid's exchange.bound: reply codes of Qpid's 0-9-1 client
@@ -680,25 +685,31 @@ class Channel:
         if name.startswith("amq.") and not method.passive:
             raise errors.AccessRefused(
                 f"queue name '{name}' contains reserved prefix 'amq.*'")
-        queue, message_count, consumer_count = self.namespace.declare_queue(
+
+        def declared(result: tuple[Queue, int, int]) -> None:
+            queue, message_count, consumer_count = result
+            self.last_queue_name = queue.name
+            if not method.nowait:
+                self.reply(m.QueueDeclareOk(
+                    queue=queue.name, message_count=message_count, consumer_count=consumer_count))
+
+        when_stored(self, method, lambda: self.namespace.declare_queue(
             name, passive=method.passive, durable=method.durable,
             exclusive_owner=self.connection if method.exclusive else None,
-            auto_delete=method.auto_delete, arguments=method.arguments, owner=self.connection)
-        self.last_queue_name = queue.name
-        if not method.nowait:
-            self.reply(m.QueueDeclareOk(
-                queue=queue.name, message_count=message_count, consumer_count=consumer_count))
+            auto_delete=method.auto_delete, arguments=method.arguments, owner=self.connection),
+            declared)
 
     def _queue_bind(self, method: m.QueueBind) -> None:
-        self.namespace.bind_queue(self._queue_name(method.queue), method.exchange, method.routing_key,
-                                  method.arguments, owner=self.connection)
-        if not method.nowait:
-            self.reply(m.QueueBindOk())
+        queue = self._queue_name(method.queue)
+        when_stored(self, method, lambda: self.namespace.bind_queue(
+            queue, method.exchange, method.routing_key, method.arguments, owner=self.connection),
+            self._ok(method, m.QueueBindOk()))
 
     def _queue_unbind(self, method: m.QueueUnbind) -> None:
-        self.namespace.unbind_queue(self._queue_name(method.queue), method.exchange, method.routing_key,
-                                    method.arguments, owner=self.connection)
-        self.reply(m.QueueUnbindOk())
+        queue = self._queue_name(method.queue)
+        when_stored(self, method, lambda: self.namespace.unbind_queue(
+            queue, method.exchange, method.routing_key, method.arguments, owner=self.connection),
+            lambda _result: self.reply(m.QueueUnbindOk()))
 
     def _queue_purge(self, method: m.QueuePurge) -> None:
         count = self._queue(method.queue).purge()
@@ -706,10 +717,14 @@ class Channel:
             self.reply(m.QueuePurgeOk(message_count=count))
 
     def _queue_delete(self, method: m.QueueDelete) -> None:
-        count = self.namespace.delete_queue(self._queue_name(method.queue), if_unused=method.if_unused,
-                                            if_empty=method.if_empty, owner=self.connection)
-        if not method.nowait:
-            self.reply(m.QueueDeleteOk(message_count=count))
+        queue = self._queue_name(method.queue)
+
+        def deleted(count: int) -> None:
+            if not method.nowait:
+                self.reply(m.QueueDeleteOk(message_count=count))
+
+        when_stored(self, method, lambda: self.namespace.delete_queue(
+            queue, if_unused=method.if_unused, if_empty=method.if_empty, owner=self.connection), deleted)
 
     # -- channel class -------------------------------------------------------------
     def _channel_flow(self, method: m.ChannelFlow) -> None:

@@ -34,6 +34,7 @@ from broker.protocol.host import Principal, ProtocolHost
 from broker.security import sasl
 
 from . import methods as m
+from .store_wait import StoreWaits
 from .codec import (FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD,
                     FRAME_MIN_SIZE, HEARTBEAT_FRAME, malformed_reason,
                     method_frame)
@@ -154,6 +155,8 @@ class AmqpConnection:
         self._held_channels: set[int] = set()
         self._held_bytes = 0
         self._reading_paused = False
+        #: channels whose later frames wait for a durable change to be stored (:mod:`.store_wait`)
+        self.store_waits = StoreWaits()
         self.has_published = False
         self.bytes_received = 0
         self.bytes_sent = 0
@@ -192,7 +195,8 @@ class AmqpConnection:
                     raise _Desynchronised(f"frame-end octet is 0x{buf[end]:02x}, expected 0xce")
                 payload = buf[o + 7:end]
                 o = end + 1
-                if channel and (self._told_blocked or self._held_channels) and self._hold(ftype, channel, payload):
+                if channel and (self._told_blocked or self._held_channels or self.store_waits) \
+                        and self._hold(ftype, channel, payload):
                     continue
                 self._frame(ftype, channel, payload)
                 if self.state is State.CLOSED:
@@ -245,8 +249,9 @@ class AmqpConnection:
 
     @property
     def reading_paused(self) -> bool:
-        """A blocked publisher is read only until its held frames reach :data:`HOLD_LIMIT`."""
-        return self._held_bytes >= HOLD_LIMIT
+        """A blocked publisher is read only until its held frames reach :data:`HOLD_LIMIT`
+        (likewise a connection whose channels wait for the store)."""
+        return self._held_bytes >= HOLD_LIMIT or self.store_waits.reading_paused
 
     def connection_lost(self) -> None:
         """The peer went away (EOF, reset, missed heartbeats): release everything."""
@@ -296,7 +301,14 @@ class AmqpConnection:
         frames keep their order; other channels and channel 0 flow on.  A
         channel.close on a held channel discards what was held there (publishes
         never confirmed) and goes through, so a client can always shut down.
+        A channel waiting for the store holds all its frames (:mod:`.store_wait`).
         """
+        if channel in self.store_waits:
+            self.store_waits.hold(ftype, channel, payload)
+            self._reading_changed()
+            return True
+        if not (self._told_blocked or self._held_channels):
+            return False
         if channel not in self._held_channels:
             if not (ftype == FRAME_METHOD and payload[:4] == _BASIC_PUBLISH_ID):
                 return False
@@ -327,6 +339,9 @@ class AmqpConnection:
             for ftype, channel, payload in held:
                 if self.state is not State.OPEN and self.state is not State.CLOSING:
                     break
+                if channel in self.store_waits:
+                    self.store_waits.hold(ftype, channel, payload)
+                    continue
                 self._frame(ftype, channel, payload)
         except errors.BrokerError as exc:
             self._connection_error(exc)
@@ -334,6 +349,26 @@ class AmqpConnection:
             log.exception("internal error on connection %s", self.id)
             self._connection_error(errors.InternalError(f"internal error: {exc!r}"))
         self._after_input()
+
+    def release_channel(self, number: int) -> None:
+        """Channel ``number`` no longer waits for the store: process its held frames, up to its next wait."""
+        frames = self.store_waits.release(number)
+        try:
+            for index, (ftype, payload) in enumerate(frames):
+                if self.state is not State.OPEN and self.state is not State.CLOSING:
+                    break
+                if number in self.store_waits:          # waits again: the rest stays held
+                    for later, rest in frames[index:]:
+                        self.store_waits.hold(later, number, rest)
+                    break
+                self._frame(ftype, number, payload)
+        except errors.BrokerError as exc:
+            self._connection_error(exc)
+        except Exception as exc:
+            log.exception("internal error on connection %s", self.id)
+            self._connection_error(errors.InternalError(f"internal error: {exc!r}"))
+        self._after_input()
+        self._reading_changed()                         # the transport reads again once below the limit
 
     def publishing(self) -> None:
         """A basic.publish arrived: note it, and tell a blocked publisher so."""
