@@ -752,7 +752,7 @@ class Channel:
         self.reply(m.AccessRequestOk(ticket=1))
 
     def soft_error(self, exc: errors.BrokerError, method: m.Method) -> None:
-        from .connection import method_ids
+        from .versions import method_ids
 
         class_id, method_id = method_ids(method, self.connection.version)
         log.debug("closing channel %d: %s", self.number, exc.reply_text)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import platform
 import struct
 import uuid
 from typing import Any, Callable
@@ -34,6 +33,7 @@ from broker.protocol.host import Principal, ProtocolHost
 from broker.security import sasl
 
 from . import methods as m
+from .versions import SERVER_ONLY, VERSION_TABLES, method_ids, method_ids_table, server_properties
 from .store_wait import StoreWaits
 from .codec import (FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD,
                     FRAME_MIN_SIZE, HEARTBEAT_FRAME, malformed_reason,
@@ -58,34 +58,6 @@ class State(enum.Enum):
     CLOSED = "closed"
 
 
-_VERSION_TABLES = {
-    AmqpVersion.V0_8: (m.DECODERS_0_8, m.ENCODERS_0_8, (8, 0)),
-    AmqpVersion.V0_9: (m.DECODERS_0_9, m.ENCODERS_0_9, (0, 9)),
-    AmqpVersion.V0_9_1: (m.DECODERS_0_9_1, m.ENCODERS_0_9_1, (0, 9)),
-}
-
-# Methods only a server sends: a client sending one is 503 COMMAND_INVALID.
-_SERVER_ONLY = {
-    m.ConnectionStart, m.ConnectionSecure, m.ConnectionTune, m.ConnectionOpenOk,
-    m.ChannelOpenOk, m.ExchangeDeclareOk, m.ExchangeDeleteOk, m.ExchangeBindOk,
-    m.ExchangeUnbindOk, m.QueueDeclareOk, m.QueueBindOk, m.QueueUnbindOk, m.QueuePurgeOk,
-    m.QueueDeleteOk, m.BasicQosOk, m.BasicConsumeOk, m.BasicDeliver, m.BasicGetOk,
-    m.BasicGetEmpty, m.BasicReturn, m.BasicRecoverOk, m.TxSelectOk, m.TxCommitOk,
-    m.TxRollbackOk, m.ConfirmSelectOk,
-}
-
-CAPABILITIES = {
-    "publisher_confirms": True,
-    "exchange_exchange_bindings": True,
-    "basic.nack": True,
-    "consumer_cancel_notify": True,
-    "connection.blocked": True,
-    "authentication_failure_close": True,
-    "per_consumer_qos": True,
-    "consumer_priorities": True,
-    "direct_reply_to": True,
-}
-
 WRITE_BUFFER_LIMIT = 1 << 20     # stop deliveries when this much output is queued
 HOLD_LIMIT = 1 << 20             # input held from a blocked publisher before reading stops
 HEARTBEAT_SEND_AFTER = 0.45      # of the interval: beat when we were quiet this long (spec 4.2.7)
@@ -94,14 +66,6 @@ HEARTBEAT_EXPIRE_AFTER = 2.0     # of the interval: a peer silent this long is g
 
 class _Desynchronised(errors.FrameError):
     """A framing error after which the byte stream cannot be followed any more."""
-
-
-def method_ids_table(version: AmqpVersion) -> dict[type[m.Method], tuple[int, int]]:
-    return {AmqpVersion.V0_8: m.IDS_0_8, AmqpVersion.V0_9: m.IDS_0_9}.get(version, m.IDS_0_9_1)
-
-
-def method_ids(method: m.Method, version: AmqpVersion) -> tuple[int, int]:
-    return method_ids_table(version).get(type(method), (0, 0))
 
 
 class AmqpConnection:
@@ -119,7 +83,7 @@ class AmqpConnection:
         self.id = str(uuid.uuid4())
         self.state = State.AWAITING_START_OK
         self._mechanism = ""                   # the SASL mechanism chosen in start-ok
-        self._decoders, self._encoders, self._version_pair = _VERSION_TABLES[version]
+        self._decoders, self._encoders, self._version_pair = VERSION_TABLES[version]
         self._rest = b""
         self._out: list[bytes] = []
         self._out_bytes = 0
@@ -170,7 +134,7 @@ class AmqpConnection:
         mechanisms = " ".join(self.host.sasl_mechanisms(self.remote_host)).encode()
         self.send_method(0, m.ConnectionStart(
             version_major=major, version_minor=minor,
-            server_properties=self._server_properties(),
+            server_properties=server_properties(self.host.product, self.host.version),
             mechanisms=mechanisms, locales=b"en_US",
         ))
 
@@ -485,7 +449,7 @@ class AmqpConnection:
             elif channel == 0 and cls is m.ConnectionClose:
                 self._send_close_ok()
             return
-        if cls in _SERVER_ONLY:
+        if cls in SERVER_ONLY:
             raise errors.CommandInvalid(f"{method.NAME} is sent by servers, not clients")
         if channel == 0:
             self._connection_method(method)
@@ -707,17 +671,6 @@ class AmqpConnection:
         if not self.closed:
             self.closed = True
             self.on_event(Finished(linger=self.awaits_peer_close))
-
-    def _server_properties(self) -> dict[str, Any]:
-        return {
-            "product": self.host.product,
-            "version": self.host.version,
-            "platform": f"Python {platform.python_version()}",
-            "copyright": "DeltaMQ authors",
-            "information": "DeltaMQ: an AMQP broker whose durable state lives in Delta Lake",
-            "cluster_name": "deltamq",
-            "capabilities": dict(CAPABILITIES),
-        }
 
     def __repr__(self) -> str:
         return f"<AmqpConnection {self.remote_host}:{self.remote_port} {self.version.value} {self.state.name}>"
