@@ -36,7 +36,7 @@ from . import direct_reply
 from . import methods as m
 from .codec import malformed_reason
 from .delivery import Subscription, deliver_frames, get_ok_frames, return_frames
-from .properties import CODEC, decode_properties, encode_properties, parse_content_header
+from .properties import FORMAT, decode_properties, encode_properties, parse_content_header
 from .replies import Reservation, ReplyOrder
 
 if TYPE_CHECKING:
@@ -247,7 +247,7 @@ class Channel:
                 message, queues = self._route_sender_selected(publish, body, props)
             else:
                 message = Message(exchange=publish.exchange, routing_key=publish.routing_key, body=body,
-                                  properties=props, encoded_properties=encoded, codec=CODEC,
+                                  properties=props, native=encoded, format=FORMAT,
                                   arrival=ns.clock())  # the namespace's clock: engines have none
                 queues = ns.route(publish.exchange, message)
         except errors.BrokerError as exc:
@@ -292,7 +292,7 @@ class Channel:
         headers.pop("BCC", None)
         ns = self.namespace
         message = Message(exchange=publish.exchange, routing_key=publish.routing_key, body=body,
-                          properties=props.replace(headers=headers), arrival=ns.clock())
+                          properties=props.replace(headers=headers), format=FORMAT, arrival=ns.clock())
         queues: dict[int, Queue] = {}
         for key in dict.fromkeys(keys):
             probe = message if key == publish.routing_key else Message(
@@ -305,7 +305,7 @@ class Channel:
                        encoded: bytes) -> None:
         """A reply to a direct reply-to requester: straight to its channel, no queue."""
         message = Message(exchange="", routing_key=publish.routing_key, body=body, properties=props,
-                          encoded_properties=encoded, codec=CODEC, arrival=self.namespace.clock())
+                          native=encoded, format=FORMAT, arrival=self.namespace.clock())
         target = direct_reply.target(self.namespace, publish.routing_key)
         if target is not None and not target.channel.closing:
             target.channel.deliver_reply(target, message)
