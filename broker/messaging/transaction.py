@@ -62,7 +62,7 @@ class AutoCommitTransaction:
     __slots__ = ()
 
     def enqueue(self, message: Message, queues: Iterable[Queue]) -> bool:
-        return enqueue_all(message, tuple(queues))
+        return enqueue_all(message, queues if type(queues) is list else tuple(queues))
 
     def settle(self, entry: QueueEntry) -> None:
         entry.queue.settle(entry)
