@@ -563,8 +563,9 @@ class DeltaMessageJournal:
             if message is None:
                 append(row)  # type: ignore[arg-type]
             else:
+                tag, native = message.native()
                 append((*row[:8], (message.exchange, message.routing_key, message.arrival + offset,
-                                   message.body, *message.native())))  # type: ignore[arg-type]
+                                   message.body, tag, native)))  # type: ignore[arg-type]
         return plain
 
     # -- recovery ---------------------------------------------------------------------

@@ -36,25 +36,22 @@ column                 type                   meaning
 ``headers``            string (JSON)           |  is the message's common view as text (the
 ``properties_raw``     binary (nullable)       |  AMQP basic-property names, whatever the
 ``message_format``     string (nullable)       |  format), ``headers`` the application headers
-``native``             binary (nullable)       |  (and dead-lettering's x-death) as JSON.
-``durable``            boolean (nullable)      |  ``message_format`` tags ``native``, the
-``priority``           int32 (nullable)        |  metadata in its protocol's encoding as
-``expires_at``         timestamp[us, UTC]     /   received (what the broker recovers from);
-                                                  ``durable``/``priority``/``expires_at``
-                                                  (null: no TTL) are typed copies of the view.
+``native``             binary (nullable)      /   (and dead-lettering's x-death) as JSON;
+                                                  ``message_format`` tags ``native``, the
+                                                  metadata in its protocol's encoding as
+                                                  received (what the broker recovers from).
                                                   ``properties_raw`` is schema 1's name for
                                                   the 0-9-1 native bytes: null in rows of
                                                   schema 2, which write ``native``.
 =====================  =====================  ================================================
 
 Schema versions.  Schema 1 (releases before message formats) ends at
-``properties_raw``.  Schema 2 appends the last five columns, all nullable, so
+``properties_raw``.  Schema 2 appends the last two columns, both nullable, so
 a table of schema 1 becomes schema 2 by one metadata-only Delta commit (ADD
 COLUMN; :func:`lakehouse.delta_table.add_missing_columns`) made the first time
 a release of schema 2 opens it; its old rows read the new columns as null, and
 readers treat them as: ``message_format`` null -> ``amqp-0-9-1``, ``native``
-null -> ``properties_raw`` (:data:`NATIVE_SQL`), typed columns null -> derive
-them from ``properties`` if needed.  Releases of schema 1 cannot recover
+null -> ``properties_raw`` (:data:`NATIVE_SQL`).  Releases of schema 1 cannot recover
 messages written by schema 2 (their ``properties_raw`` is null).
 
 A message is *live* in a queue when it has an ``enqueue`` row there, no
@@ -103,9 +100,6 @@ JOURNAL_SCHEMA: Final = pa.schema([
     # schema 2
     pa.field("message_format", pa.string()),
     pa.field("native", pa.binary()),
-    pa.field("durable", pa.bool_()),
-    pa.field("priority", pa.int32()),
-    pa.field("expires_at", TIMESTAMP),
 ])
 
 JOURNAL_SCHEMA_VERSION: Final = 2

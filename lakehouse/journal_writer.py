@@ -52,7 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from broker.messaging.message import MessageProperties
-from broker.messaging.message_format import format_for
+from broker.messaging.message_format import MessageFormat, format_for
 from broker.messaging.records import to_json_value
 
 from .delta_table import AppendOnlyTable, add_missing_columns, fsync_path, is_uri
@@ -79,9 +79,8 @@ _PROPERTY_NAMES = tuple(name for name in MessageProperties.__dataclass_fields__ 
 _CACHE_LIMIT = 10_000
 
 
-#: what a message's native bytes say, as journal columns:
-#: (properties as text pairs, headers JSON, durable, priority, TTL in seconds or None)
-Described = tuple[list[tuple[str, str]], Optional[str], bool, Optional[int], Optional[float]]
+#: what a message's native bytes say, as journal columns: (properties as text pairs, headers JSON)
+Described = tuple[list[tuple[str, str]], Optional[str]]
 
 
 class RowEncoder:
@@ -94,6 +93,7 @@ class RowEncoder:
     def __init__(self, vhost: str) -> None:
         self.vhost = vhost
         self._cache: dict[tuple[str, bytes], Described] = {}
+        self._formats: dict[str, MessageFormat] = {}
 
     def table(self, rows: list[PlainRow]) -> pa.Table:
         count = len(rows)
@@ -106,20 +106,14 @@ class RowEncoder:
         natives: list[Optional[bytes]] = [None] * count
         props: list[Optional[list[tuple[str, str]]]] = [None] * count
         headers: list[Optional[str]] = [None] * count
-        durables: list[Optional[bool]] = [None] * count
-        priorities: list[Optional[int]] = [None] * count
-        expiries: list[Optional[float]] = [None] * count
+        cache = self._cache
         for index, message in enumerate(messages):
             if message is None:
                 continue
-            exchanges[index], keys[index], at, bodies[index], tag, native = message
-            published[index] = at
+            exchanges[index], keys[index], published[index], bodies[index], tag, native = message
             formats[index] = tag
             natives[index] = native
-            props[index], headers[index], durables[index], priorities[index], ttl = \
-                self._describe(tag, native)
-            if ttl is not None:
-                expiries[index] = at + ttl
+            props[index], headers[index] = cache.get((tag, native)) or self._describe(tag, native)
         columns = [
             pa.array([self.vhost] * count, pa.string()),
             _timestamps(ats),
@@ -139,22 +133,18 @@ class RowEncoder:
             pa.nulls(count, pa.binary()),          # properties_raw: schema 1 only
             pa.array(formats, pa.string()),
             pa.array(natives, pa.binary()),
-            pa.array(durables, pa.bool_()),
-            pa.array(priorities, pa.int32()),
-            _timestamps(expiries),
         ]
         return pa.Table.from_arrays(columns, schema=JOURNAL_SCHEMA)
 
     def _describe(self, tag: str, native: bytes) -> Described:
-        """The common view's columns, cached by format and native bytes."""
+        """The common view's columns, decoded and cached (by format and native bytes)."""
         cache = self._cache
-        key = (tag, native)
-        described = cache.get(key)
-        if described is None:
-            described = describe(format_for(tag).decode(native))
-            if len(cache) >= _CACHE_LIMIT:
-                cache.clear()
-            cache[key] = described
+        formats = self._formats
+        fmt = formats.get(tag) or formats.setdefault(tag, format_for(tag))
+        described = describe(fmt.decode(native))
+        if len(cache) >= _CACHE_LIMIT:
+            cache.clear()
+        cache[(tag, native)] = described
         return described
 
 
@@ -164,9 +154,7 @@ def describe(view: MessageProperties) -> Described:
              if (value := getattr(view, name)) is not None]
     header_json = (json.dumps(to_json_value(view.headers), ensure_ascii=False, sort_keys=True)
                    if view.headers else None)
-    expiration = view.expiration
-    ttl = int(expiration) / 1000 if expiration is not None and expiration.isdigit() else None
-    return pairs, header_json, view.delivery_mode == 2, view.priority, ttl
+    return pairs, header_json
 
 
 def _timestamps(seconds: Any) -> pa.Array:

@@ -182,8 +182,7 @@ def _tables(data_dir: Path, table: str) -> list[tuple[str, Path]]:
 
 #: columns journal schema 2 added, as Spark SQL types: a node's table still at schema 1
 #: (written by an older release, never opened since) shows them as NULL in the views
-_JOURNAL_SCHEMA_2_COLUMNS = {"message_format": "STRING", "native": "BINARY", "durable": "BOOLEAN",
-                             "priority": "INT", "expires_at": "TIMESTAMP"}
+_JOURNAL_SCHEMA_2_COLUMNS = {"message_format": "STRING", "native": "BINARY"}
 
 
 def _journal_union(spark: SparkSession, data_dir: Path) -> str | None:

@@ -84,6 +84,16 @@ def _expiration_seconds(expiration: str) -> float:
     return int(expiration) / 1000.0
 
 
+class _Annotated:
+    """Metadata with broker annotations: rare (dead-lettered copies), so not a slot of every message."""
+
+    __slots__ = ("metadata", "annotations")
+
+    def __init__(self, metadata: MessageProperties | bytes, annotations: Mapping[str, Any]) -> None:
+        self.metadata = metadata
+        self.annotations = annotations
+
+
 class Message:
     """One published message; immutable by convention (nothing in the broker assigns to it).
 
@@ -102,7 +112,8 @@ class Message:
         body: the content bytes.
         format: the format of the native bytes (None: built from a common view).
         annotations: broker annotations beyond exchange and routing key
-            (``x-death``, ``x-first-death-*``, ``x-last-death-*``), or None.
+            (``x-death``, ``x-first-death-*``, ``x-last-death-*``), or None
+            (a property: kept with the metadata, as few messages have any).
         arrival: the broker clock's time (seconds) when it arrived.
         expires_at: ``arrival`` + per-message expiration, or None.
         priority: the priority property, 0 when absent.
@@ -113,14 +124,13 @@ class Message:
             :func:`message_number`.
     """
 
-    __slots__ = ("exchange", "routing_key", "body", "format", "_native", "annotations",
+    __slots__ = ("exchange", "routing_key", "body", "format", "_native",
                  "arrival", "expires_at", "priority", "persistent", "journal_id", "number")
 
     exchange: str
     routing_key: str
     body: bytes
     format: MessageFormat | None
-    annotations: Mapping[str, Any] | None
     arrival: float
     expires_at: float | None
     priority: int
@@ -134,16 +144,19 @@ class Message:
                  format: MessageFormat | None = None,
                  annotations: Mapping[str, Any] | None = None,
                  arrival: float) -> None:
+        metadata: MessageProperties | bytes
         if native is not None and format is not None:
             if properties is None:
                 properties = format.decode(native)
-            self._native: MessageProperties | bytes = native
+            metadata = native
         else:
             if properties is None:
                 properties = _EMPTY_PROPERTIES
-            self._native = properties
+            metadata = properties
+        # bytes: native metadata of ``format``; MessageProperties: a view to encode when needed
+        self._native: MessageProperties | bytes | _Annotated = \
+            _Annotated(metadata, annotations) if annotations else metadata
         self.format = format
-        self.annotations = annotations or None
         # Names and keys repeat across millions of messages; interning makes
         # them share one string object (interned strings are mortal in 3.11).
         self.exchange = intern(exchange) if type(exchange) is str else exchange
@@ -167,9 +180,16 @@ class Message:
         fmt = self.format
         return DEFAULT_FORMAT if fmt is None else fmt.tag
 
+    @property
+    def annotations(self) -> Mapping[str, Any] | None:
+        native = self._native
+        return native.annotations if type(native) is _Annotated else None
+
     def bare_properties(self) -> MessageProperties:
         """The common view of the native metadata, without the broker's annotations."""
         native = self._native
+        if type(native) is _Annotated:
+            native = native.metadata
         if type(native) is bytes:
             return self.format.decode(native)  # type: ignore[union-attr]
         return native  # type: ignore[return-value]
@@ -191,13 +211,16 @@ class Message:
     def native_for(self, fmt: MessageFormat) -> bytes:
         """The metadata encoded in ``fmt``: the bytes as received when it is the message's own."""
         native = self._native
-        if fmt is self.format and type(native) is bytes and not self.annotations:
+        if type(native) is bytes and fmt is self.format:
             return native
         return fmt.encode(self.bare_properties(), self.annotations)
 
     def native(self) -> tuple[str, bytes]:
         """(format tag, native bytes): as received, or encoded in the default format."""
         fmt = self.format
+        native = self._native
+        if type(native) is bytes:            # then format is set
+            return fmt.tag, native  # type: ignore[union-attr]
         if fmt is None:
             fmt = format_for(DEFAULT_FORMAT)
         return fmt.tag, self.native_for(fmt)
