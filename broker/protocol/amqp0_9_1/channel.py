@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
 class Channel(TxMethods):
     def __init__(self, connection: AmqpConnection, number: int) -> None:
         self.connection = connection

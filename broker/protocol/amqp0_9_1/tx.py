@@ -48,14 +48,12 @@ class TxMethods:
     _journal: MessageJournal | None
     _replies: ReplyOrder
 
-    def reply(self, method: m.Method) -> None:
-        raise NotImplementedError
+    if TYPE_CHECKING:                    # the channel's own, which these handlers use
+        def reply(self, method: m.Method) -> None: ...
 
-    def soft_error(self, exc: errors.BrokerError, method: m.Method) -> None:
-        raise NotImplementedError
+        def soft_error(self, exc: errors.BrokerError, method: m.Method) -> None: ...
 
-    def resume_deliveries(self) -> None:
-        raise NotImplementedError
+        def resume_deliveries(self) -> None: ...
 
     def _tx_select(self, method: m.TxSelect) -> None:
         if self.mode is Mode.CONFIRM:
