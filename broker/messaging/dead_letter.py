@@ -93,10 +93,11 @@ def dead_lettered(message: Message, *, queue: str, reason: str, wall_time: float
     annotations["x-last-death-reason"] = reason
     annotations["x-last-death-queue"] = queue
     annotations["x-last-death-exchange"] = message.exchange
-    return Message(exchange=exchange,
-                   routing_key=message.routing_key if routing_key is None else routing_key,
-                   body=message.body, properties=props.replace(headers=headers or None, expiration=None),
-                   format=message.format, annotations=annotations, arrival=arrival)
+    return Message.annotated(
+        annotations, exchange=exchange,
+        routing_key=message.routing_key if routing_key is None else routing_key,
+        body=message.body, properties=props.replace(headers=headers or None, expiration=None),
+        format=message.format, arrival=arrival)
 
 
 def is_cycle(message: Message, queue: str) -> bool:

@@ -142,20 +142,17 @@ class Message:
                  properties: MessageProperties | None = None,
                  native: bytes | None = None,
                  format: MessageFormat | None = None,
-                 annotations: Mapping[str, Any] | None = None,
                  arrival: float) -> None:
-        metadata: MessageProperties | bytes
+        # _native: bytes (native metadata of ``format``), a MessageProperties (a view to
+        # encode when needed), or either wrapped with annotations (see annotated())
         if native is not None and format is not None:
             if properties is None:
                 properties = format.decode(native)
-            metadata = native
+            self._native: MessageProperties | bytes | _Annotated = native
         else:
             if properties is None:
                 properties = _EMPTY_PROPERTIES
-            metadata = properties
-        # bytes: native metadata of ``format``; MessageProperties: a view to encode when needed
-        self._native: MessageProperties | bytes | _Annotated = \
-            _Annotated(metadata, annotations) if annotations else metadata
+            self._native = properties
         self.format = format
         # Names and keys repeat across millions of messages; interning makes
         # them share one string object (interned strings are mortal in 3.11).
@@ -169,6 +166,18 @@ class Message:
         self.priority = priority if priority is not None and priority > 0 else 0
         self.persistent = properties.delivery_mode == 2
         self.journal_id = 0
+
+    @classmethod
+    def annotated(cls, annotations: Mapping[str, Any] | None, **fields: Any) -> Message:
+        """A message made of ``fields`` (as the constructor takes them) carrying ``annotations``.
+
+        Not a constructor argument: few messages have annotations, and every
+        keyword costs the construction of all the others.
+        """
+        message = cls(**fields)
+        if annotations:
+            message._native = _Annotated(message._native, annotations)  # type: ignore[arg-type]
+        return message
 
     @property
     def body_size(self) -> int:
@@ -233,11 +242,11 @@ class Message:
         ``props`` is a common view without annotations; ``exchange``/
         ``routing_key``/``arrival`` default to this message's.
         """
-        return Message(exchange=self.exchange if exchange is None else exchange,
-                       routing_key=self.routing_key if routing_key is None else routing_key,
-                       body=self.body, properties=props, format=self.format,
-                       annotations=self.annotations,
-                       arrival=self.arrival if arrival is None else arrival)
+        return Message.annotated(
+            self.annotations, exchange=self.exchange if exchange is None else exchange,
+            routing_key=self.routing_key if routing_key is None else routing_key,
+            body=self.body, properties=props, format=self.format,
+            arrival=self.arrival if arrival is None else arrival)
 
     def __repr__(self) -> str:
         return (f"Message(exchange={self.exchange!r}, routing_key={self.routing_key!r}, "
