@@ -103,14 +103,17 @@ class Message:
 
     Built either from native bytes and their ``format`` (an engine passes the
     ``properties`` it already decoded to route on, so they are not decoded
-    twice), or from a common view alone (management, dead-lettering), which a
-    format encodes when a consumer or the journal needs bytes.
+    twice), or from a common view (management; dead-lettering, which keeps
+    the original's format), which a format encodes when a consumer or the
+    journal needs bytes.
 
     Attributes:
         exchange: name of the exchange it was published to ("" = default).
         routing_key: the routing key it was published with.
         body: the content bytes.
-        format: the format of the native bytes (None: built from a common view).
+        format: the format the message came in (None: made from a common view
+            alone, as management's publishMessage does; encoded in the default
+            format when bytes are needed).
         annotations: broker annotations beyond exchange and routing key
             (``x-death``, ``x-first-death-*``, ``x-last-death-*``), or None
             (a property: kept with the metadata, as few messages have any).
