@@ -114,3 +114,16 @@ def test_0_9_1_carries_annotations_as_headers() -> None:
     fmt = format_for("amqp-0-9-1")
     native = fmt.encode(MessageProperties(headers={"a": 1}), {"x-death": [{"count": 1}]})
     assert fmt.decode(native).headers == {"a": 1, "x-death": [{"count": 1}]}
+
+
+def test_annotations_survive_a_change_of_properties_and_cost_no_slot() -> None:
+    props = MessageProperties(headers={"a": 1})
+    msg = Message.annotated({"x-death": []}, exchange="", routing_key="q", body=b"",
+                            properties=props, arrival=0.0)
+    copy = msg.with_properties(props.replace(priority=2), exchange="other")
+    assert copy.annotations == {"x-death": []} and copy.priority == 2
+    assert copy.properties.headers == {"a": 1, "x-death": []}
+    plain = Message(exchange="", routing_key="q", body=b"", properties=props, arrival=0.0)
+    assert plain.annotations is None and Message.annotated(None, exchange="", routing_key="q", body=b"",
+                                                           arrival=0.0).annotations is None
+    assert "annotations" not in Message.__slots__
