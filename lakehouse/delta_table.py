@@ -84,6 +84,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from deltalake.exceptions import TableNotFoundError
+from deltalake.schema import Field as DeltaField
 from deltalake.transaction import PostCommitHookProperties
 
 from broker import __version__
@@ -601,3 +602,25 @@ def _fsync_all(paths: tuple[Path, ...]) -> None:
         return
     for future in [_FSYNC_POOL.submit(fsync_path, path) for path in paths]:
         future.result()
+
+
+def add_missing_columns(table: AppendOnlyTable) -> list[str]:
+    """Add to an open ``table`` the nullable columns of its schema that the Delta table lacks.
+
+    Schema evolution by one metadata-only commit (delta-rs's ADD COLUMN), so a
+    table created by an older release takes the columns a newer one writes;
+    rows already written read those columns as null.  Returns the names
+    added (none: no commit).  A missing column that is not nullable cannot be
+    added this way: ValueError.
+    """
+    handle = table.delta_table()
+    present = {field.name for field in handle.schema().fields}
+    missing = [field for field in table.schema if field.name not in present]
+    if not missing:
+        return []
+    required = [field.name for field in missing if not field.nullable]
+    if required:
+        raise ValueError(f"table {table.name}: cannot add required columns {', '.join(required)}")
+    handle.alter.add_columns([DeltaField.from_arrow(field) for field in missing])
+    table.open()                                # re-read the version the commit made
+    return [field.name for field in missing]

@@ -85,12 +85,12 @@ import pyarrow.compute as pc
 from broker.data_directory import inherited_descriptors
 from broker.messaging.journal_figures import JournalFigures
 from broker.messaging.message import Message, MessageProperties
-from broker.protocol.amqp0_9_1.properties import CODEC
+from broker.messaging.message_format import MessageFormat, format_for
 
-from .delta_table import is_uri
+from .delta_table import add_missing_columns, is_uri
 from .journal_writer import (ERROR_LENGTH, LIVE_CTES, REPLY, REQUEST, PlainRow, RowEncoder, journal_table,
                              read_watermark)
-from .journal_schema import DELIVER, ENQUEUE, QUEUE_DELETED, REQUEUE, SETTLE
+from .journal_schema import DELIVER, ENQUEUE, FORMAT_SQL, NATIVE_SQL, QUEUE_DELETED, REQUEUE, SETTLE
 
 if TYPE_CHECKING:
     from broker.messaging.namespace import Namespace
@@ -190,6 +190,9 @@ class DeltaMessageJournal:
 
     def open(self) -> None:
         self.table.open()
+        added = add_missing_columns(self.table)      # a table of journal schema 1 -> 2
+        if added:
+            log.info("journal %s: schema 1 -> 2, added columns %s", self.vhost, ", ".join(added))
         highest = self.table.read("SELECT MAX(message_id) AS m, MAX(tx_id) AS t FROM t")
         if highest.num_rows:
             top_message, top_tx = highest.column("m")[0].as_py(), highest.column("t")[0].as_py()
@@ -560,8 +563,9 @@ class DeltaMessageJournal:
             if message is None:
                 append(row)  # type: ignore[arg-type]
             else:
+                tag, native = message.native()
                 append((*row[:8], (message.exchange, message.routing_key, message.arrival + offset,
-                                   message.body, message.encoded_properties_for(CODEC))))  # type: ignore[arg-type]
+                                   message.body, tag, native)))  # type: ignore[arg-type]
         return plain
 
     # -- recovery ---------------------------------------------------------------------
@@ -576,7 +580,8 @@ class DeltaMessageJournal:
             log.info("journal %s: recovering %d messages", self.vhost, total)
         queues = namespace.queues
         missing: set[str] = set()
-        properties_cache: dict[bytes, MessageProperties] = {}
+        properties_cache: dict[tuple[str, bytes], MessageProperties] = {}
+        formats: dict[str, MessageFormat] = {}
         mono_offset = time.monotonic() - time.time()
         restored = 0
         previous_id = 0
@@ -589,7 +594,8 @@ class DeltaMessageJournal:
             keys = batch.column("routing_key").to_pylist()
             published = pc.divide(batch.column("published_at").cast(pa.int64()), 1e6).to_pylist()
             bodies = batch.column("body").to_pylist()
-            raws = batch.column("properties_raw").to_pylist()
+            tags = batch.column("message_format").to_pylist()
+            raws = batch.column("native").to_pylist()
             for index, name in enumerate(names):
                 target = queues.get(name)
                 if target is None or not target.durable:
@@ -598,15 +604,19 @@ class DeltaMessageJournal:
                 message_id = ids[index]
                 if message_id != previous_id or previous is None:
                     raw = raws[index]
-                    properties = properties_cache.get(raw)
+                    tag = tags[index]
+                    fmt = formats.get(tag)
+                    if fmt is None:
+                        fmt = formats[tag] = format_for(tag)
+                    properties = properties_cache.get((tag, raw))
                     if properties is None:
-                        properties = CODEC.decode(raw)
+                        properties = fmt.decode(raw)
                         if len(properties_cache) >= _CACHE_LIMIT:
                             properties_cache.clear()
-                        properties_cache[raw] = properties
+                        properties_cache[(tag, raw)] = properties
                     previous = Message(exchange=exchanges[index], routing_key=keys[index],
                                        body=bodies[index], properties=properties,
-                                       encoded_properties=raw, codec=CODEC,
+                                       native=raw, format=fmt,
                                        arrival=published[index] + mono_offset)
                     previous.journal_id = previous_id = message_id
                 target.restore(previous, deliveries[index])
@@ -624,11 +634,12 @@ class DeltaMessageJournal:
 
 _LIVE_SQL = LIVE_CTES + f"""
 , bodies AS (
-    SELECT message_id, exchange, routing_key, published_at, body, properties_raw FROM j
+    SELECT message_id, exchange, routing_key, published_at, body,
+           {FORMAT_SQL} AS message_format, {NATIVE_SQL} AS native FROM j
     WHERE event = '{ENQUEUE}' AND body IS NOT NULL
 )
 SELECT l.queue, l.message_id, COALESCE(v.deliveries, 0) AS deliveries, b.exchange,
-       b.routing_key, b.published_at, b.body, b.properties_raw
+       b.routing_key, b.published_at, b.body, b.message_format, b.native
 FROM live l
 JOIN bodies b ON b.message_id = l.message_id
 LEFT JOIN delivered v ON v.queue = l.queue AND v.message_id = l.message_id

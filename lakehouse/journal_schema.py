@@ -32,12 +32,27 @@ column                 type                   meaning
 ``routing_key``        string (nullable)       |  the message itself: present on exactly one
 ``published_at``       timestamp[us, UTC]      |  row per message, the ``enqueue`` into the
 ``body``               binary (nullable)       |  first queue it reached (bodies are stored
-``properties``         map<string, string>     |  once, whatever the fan-out); ``properties``
-``headers``            string (JSON)           |  are the AMQP basic properties as text,
-``properties_raw``     binary (nullable)      /   ``headers`` the application headers as
-                                                  JSON, ``properties_raw`` the 0-9-1 wire
-                                                  form the broker recovers from
+``properties``         map<string, string>     |  once, whatever the fan-out).  ``properties``
+``headers``            string (JSON)           |  is the message's common view as text (the
+``properties_raw``     binary (nullable)       |  AMQP basic-property names, whatever the
+``message_format``     string (nullable)       |  format), ``headers`` the application headers
+``native``             binary (nullable)      /   (and dead-lettering's x-death) as JSON;
+                                                  ``message_format`` tags ``native``, the
+                                                  metadata in its protocol's encoding as
+                                                  received (what the broker recovers from).
+                                                  ``properties_raw`` is schema 1's name for
+                                                  the 0-9-1 native bytes: null in rows of
+                                                  schema 2, which write ``native``.
 =====================  =====================  ================================================
+
+Schema versions.  Schema 1 (releases before message formats) ends at
+``properties_raw``.  Schema 2 appends the last two columns, both nullable, so
+a table of schema 1 becomes schema 2 by one metadata-only Delta commit (ADD
+COLUMN; :func:`lakehouse.delta_table.add_missing_columns`) made the first time
+a release of schema 2 opens it; its old rows read the new columns as null, and
+readers treat them as: ``message_format`` null -> ``amqp-0-9-1``, ``native``
+null -> ``properties_raw`` (:data:`NATIVE_SQL`).  Releases of schema 1 cannot recover
+messages written by schema 2 (their ``properties_raw`` is null).
 
 A message is *live* in a queue when it has an ``enqueue`` row there, no
 ``settle`` row there, and no later ``queue_deleted`` row for that queue (one
@@ -51,8 +66,8 @@ from typing import Final
 
 import pyarrow as pa
 
-__all__ = ["JOURNAL_SCHEMA", "ENQUEUE", "DELIVER", "REQUEUE", "SETTLE", "QUEUE_DELETED",
-           "OUTCOMES", "TIMESTAMP"]
+__all__ = ["JOURNAL_SCHEMA", "JOURNAL_SCHEMA_VERSION", "ENQUEUE", "DELIVER", "REQUEUE", "SETTLE",
+           "QUEUE_DELETED", "OUTCOMES", "TIMESTAMP", "FORMAT_SQL", "NATIVE_SQL"]
 
 ENQUEUE: Final = "enqueue"
 DELIVER: Final = "deliver"
@@ -82,4 +97,13 @@ JOURNAL_SCHEMA: Final = pa.schema([
     pa.field("properties", pa.map_(pa.string(), pa.string())),
     pa.field("headers", pa.string()),
     pa.field("properties_raw", pa.binary()),
+    # schema 2
+    pa.field("message_format", pa.string()),
+    pa.field("native", pa.binary()),
 ])
+
+JOURNAL_SCHEMA_VERSION: Final = 2
+
+#: SQL for a row's message format and native bytes, whichever schema wrote the row
+FORMAT_SQL: Final = "COALESCE(message_format, 'amqp-0-9-1')"
+NATIVE_SQL: Final = "COALESCE(native, properties_raw)"

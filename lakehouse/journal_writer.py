@@ -52,13 +52,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from broker.messaging.message import MessageProperties
+from broker.messaging.message_format import MessageFormat, format_for
 from broker.messaging.records import to_json_value
-from broker.protocol.amqp0_9_1.properties import CODEC
 
-from .delta_table import AppendOnlyTable, fsync_path, is_uri
+from .delta_table import AppendOnlyTable, add_missing_columns, fsync_path, is_uri
 from .journal_schema import DELIVER, ENQUEUE, JOURNAL_SCHEMA, QUEUE_DELETED, REQUEUE, SETTLE, TIMESTAMP
 
-__all__ = ["RowEncoder", "PlainRow", "journal_table", "REQUEST", "REPLY",
+__all__ = ["RowEncoder", "PlainRow", "describe", "journal_table", "open_journal_table", "REQUEST", "REPLY",
            "ERROR_LENGTH", "main"]
 
 log = logging.getLogger("lakehouse.journal_writer")
@@ -69,8 +69,8 @@ ERROR_LENGTH = struct.Struct(">I")    # length of the error text that follows a 
 #: seconds: a commit slower than this is logged (DELTAMQ_JOURNAL_SLOW_COMMIT_MS)
 SLOW_COMMIT = float(os.environ.get("DELTAMQ_JOURNAL_SLOW_COMMIT_MS", "500")) / 1000
 
-#: (exchange, routing_key, published_at epoch seconds, body, 0-9-1 properties in wire form)
-PlainMessage = tuple[str, str, float, bytes, bytes]
+#: (exchange, routing_key, published_at epoch seconds, body, format tag, native metadata bytes)
+PlainMessage = tuple[str, str, float, bytes, str, bytes]
 #: (event, queue, message_id, at epoch seconds, tx_id, delivery_count, outcome, reason, message)
 PlainRow = tuple[str, str, int, float, Optional[int], Optional[int], Optional[str], Optional[str],
                  Optional[PlainMessage]]
@@ -79,12 +79,21 @@ _PROPERTY_NAMES = tuple(name for name in MessageProperties.__dataclass_fields__ 
 _CACHE_LIMIT = 10_000
 
 
+#: what a message's native bytes say, as journal columns: (properties as text pairs, headers JSON)
+Described = tuple[list[tuple[str, str]], Optional[str]]
+
+
 class RowEncoder:
-    """Turns plain rows into a table of JOURNAL_SCHEMA, decoding properties with a cache."""
+    """Turns plain rows into a table of JOURNAL_SCHEMA, decoding metadata with a cache.
+
+    Decoding goes through the message format registry, so the writer process
+    resolves each format by its tag without importing any protocol engine.
+    """
 
     def __init__(self, vhost: str) -> None:
         self.vhost = vhost
-        self._cache: dict[bytes, tuple[list[tuple[str, str]], Optional[str]]] = {}
+        self._cache: dict[tuple[str, bytes], Described] = {}
+        self._formats: dict[str, MessageFormat] = {}
 
     def table(self, rows: list[PlainRow]) -> pa.Table:
         count = len(rows)
@@ -93,15 +102,18 @@ class RowEncoder:
         keys: list[Optional[str]] = [None] * count
         published: list[Optional[float]] = [None] * count
         bodies: list[Optional[bytes]] = [None] * count
-        raws: list[Optional[bytes]] = [None] * count
+        formats: list[Optional[str]] = [None] * count
+        natives: list[Optional[bytes]] = [None] * count
         props: list[Optional[list[tuple[str, str]]]] = [None] * count
         headers: list[Optional[str]] = [None] * count
+        cache = self._cache
         for index, message in enumerate(messages):
             if message is None:
                 continue
-            exchanges[index], keys[index], published[index], bodies[index], raw = message
-            raws[index] = raw
-            props[index], headers[index] = self._describe(raw)
+            exchanges[index], keys[index], published[index], bodies[index], tag, native = message
+            formats[index] = tag
+            natives[index] = native
+            props[index], headers[index] = cache.get((tag, native)) or self._describe(tag, native)
         columns = [
             pa.array([self.vhost] * count, pa.string()),
             _timestamps(ats),
@@ -118,25 +130,31 @@ class RowEncoder:
             pa.array(bodies, pa.binary()),
             pa.array(props, JOURNAL_SCHEMA.field("properties").type),
             pa.array(headers, pa.string()),
-            pa.array(raws, pa.binary()),
+            pa.nulls(count, pa.binary()),          # properties_raw: schema 1 only
+            pa.array(formats, pa.string()),
+            pa.array(natives, pa.binary()),
         ]
         return pa.Table.from_arrays(columns, schema=JOURNAL_SCHEMA)
 
-    def _describe(self, raw: bytes) -> tuple[list[tuple[str, str]], Optional[str]]:
-        """Properties as text pairs and headers as JSON, cached by their wire form."""
+    def _describe(self, tag: str, native: bytes) -> Described:
+        """The common view's columns, decoded and cached (by format and native bytes)."""
         cache = self._cache
-        described = cache.get(raw)
-        if described is None:
-            decoded = CODEC.decode(raw)
-            pairs = [(name, str(value)) for name in _PROPERTY_NAMES
-                     if (value := getattr(decoded, name)) is not None]
-            header_json = (json.dumps(to_json_value(decoded.headers), ensure_ascii=False, sort_keys=True)
-                           if decoded.headers else None)
-            described = (pairs, header_json)
-            if len(cache) >= _CACHE_LIMIT:
-                cache.clear()
-            cache[raw] = described
+        formats = self._formats
+        fmt = formats.get(tag) or formats.setdefault(tag, format_for(tag))
+        described = describe(fmt.decode(native))
+        if len(cache) >= _CACHE_LIMIT:
+            cache.clear()
+        cache[(tag, native)] = described
         return described
+
+
+def describe(view: MessageProperties) -> Described:
+    """A common view as the journal's columns (see :data:`Described`)."""
+    pairs = [(name, str(value)) for name in _PROPERTY_NAMES
+             if (value := getattr(view, name)) is not None]
+    header_json = (json.dumps(to_json_value(view.headers), ensure_ascii=False, sort_keys=True)
+                   if view.headers else None)
+    return pairs, header_json
 
 
 def _timestamps(seconds: Any) -> pa.Array:
@@ -217,6 +235,20 @@ def advance_watermark(table: AppendOnlyTable) -> int:
 LOCAL_TOMBSTONE_RETENTION = "interval 5 minutes"
 
 
+def open_journal_table(location: str, log_retention_hours: int) -> AppendOnlyTable:
+    """The journal's table at ``location``, open, created if new, and at schema 2.
+
+    A table of schema 1 gets schema 2's columns by one metadata commit (see
+    :mod:`lakehouse.journal_schema`); its rows stay as they are.
+    """
+    table = journal_table(location, log_retention_hours)
+    table.open()
+    added = add_missing_columns(table)
+    if added:
+        log.info("journal %s: schema 1 -> 2, added columns %s", location, ", ".join(added))
+    return table
+
+
 def journal_table(location: str, log_retention_hours: int) -> AppendOnlyTable:
     """The journal's table at ``location`` (created with these properties if new)."""
     retention = f"interval {log_retention_hours} hours"
@@ -291,8 +323,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s journal-writer: %(message)s")
     from .journal_upkeep import UpkeepProcess          # it imports this module
 
-    table = journal_table(location, log_hours)
-    table.open()
+    table = open_journal_table(location, log_hours)
     upkeep = UpkeepProcess(location, history_hours, log_hours)
     table.on_checkpoint_due = upkeep.checkpoint_due
     try:

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lakehouse.delta_jars import Progress, cache_dir, delta_jars, spark_jars_dir, write_stderr
+from lakehouse.journal_schema import JOURNAL_SCHEMA
 
 if TYPE_CHECKING:
     from pyspark import SparkConf
@@ -179,6 +180,26 @@ def _tables(data_dir: Path, table: str) -> list[tuple[str, Path]]:
                   if (node / table / "_delta_log").is_dir())
 
 
+#: columns journal schema 2 added, as Spark SQL types: a node's table still at schema 1
+#: (written by an older release, never opened since) shows them as NULL in the views
+_JOURNAL_SCHEMA_2_COLUMNS = {"message_format": "STRING", "native": "BINARY"}
+
+
+def _journal_union(spark: SparkSession, data_dir: Path) -> str | None:
+    """The journal tables of every node, each padded to the newest schema."""
+    parts = []
+    for node, path in _tables(data_dir, "journal"):
+        if "'" in node or "`" in str(path):
+            continue
+        location = path.resolve()
+        present = set(spark.read.format("delta").load(str(location)).columns)
+        columns = ", ".join(name if name in present or name not in _JOURNAL_SCHEMA_2_COLUMNS
+                            else f"CAST(NULL AS {_JOURNAL_SCHEMA_2_COLUMNS[name]}) AS {name}"
+                            for name in JOURNAL_SCHEMA.names)
+        parts.append(f"SELECT '{node}' AS node, {columns} FROM delta.`{location}`")
+    return " UNION ALL ".join(parts) if parts else None
+
+
 def _union(spark: SparkSession, data_dir: Path, table: str) -> str | None:
     parts = [f"SELECT '{node}' AS node, * FROM delta.`{path.resolve()}`"
              for node, path in _tables(data_dir, table) if "'" not in node and "`" not in str(path)]
@@ -270,7 +291,7 @@ def register_views(spark: SparkSession, data_dir: Path) -> list[str]:
                                              ORDER BY seq DESC) AS newest
                 FROM ({termini})) WHERE newest = 1 AND op = 'save'""")
         created.append("link_termini")
-    journal = _union(spark, data_dir, "journal")
+    journal = _journal_union(spark, data_dir)
     if journal is not None:
         _register_journal_views(spark, journal)
         created += list(JOURNAL_VIEWS)

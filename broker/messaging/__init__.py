@@ -11,7 +11,8 @@ from broker.messaging.arguments import QueueSettings, queue_settings
 from broker.messaging.exchange import (
     EXCHANGE_TYPES, Binding, DirectExchange, Exchange, FanoutExchange, HeadersExchange, TopicExchange)
 from broker.messaging.last_value_queue import LastValueQueue
-from broker.messaging.message import Message, MessageProperties, PropertiesCodec
+from broker.messaging.message import Message, MessageProperties
+from broker.messaging.message_format import MessageFormat, format_for
 from broker.messaging.namespace import Namespace, NamespaceListener, create_queue
 from broker.messaging.priority_queue import PriorityQueue
 from broker.messaging.queue import Consumer, Queue, QueueEntry, QueueHost
@@ -21,7 +22,7 @@ from broker.messaging.transaction import AutoCommitTransaction, LocalTransaction
 __all__ = [
     "AutoCommitTransaction", "Binding", "Consumer", "DirectExchange", "EXCHANGE_TYPES", "Exchange",
     "FanoutExchange", "HeadersExchange", "LastValueQueue", "LocalTransaction", "Message",
-    "MessageProperties", "Namespace", "NamespaceListener", "PriorityQueue", "PropertiesCodec",
+    "MessageFormat", "MessageProperties", "Namespace", "NamespaceListener", "PriorityQueue",
     "Queue", "QueueEntry", "QueueHost", "QueueSettings", "ServerTransaction", "SortedQueue",
-    "TopicExchange", "create_queue", "queue_settings",
+    "TopicExchange", "create_queue", "format_for", "queue_settings",
 ]

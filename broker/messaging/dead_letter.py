@@ -13,6 +13,13 @@ code reads them:
 - The ``expiration`` property is removed, so the copy does not expire again
   with the TTL it already used up.
 
+These values are the copy's broker *annotations*
+(:attr:`~broker.messaging.message.Message.annotations`), not part of its own
+metadata: the copy keeps the message's format, and each format carries them
+where its clients look (0-9-1: the headers above).  A message that arrives
+with them in its headers (recovered from the journal, or republished by a
+client) has its history read from there.
+
 Reasons: ``rejected``, ``expired``, ``maxlen``, ``delivery_limit``.
 """
 
@@ -26,6 +33,10 @@ from broker.messaging.message import Message
 __all__ = ["dead_lettered", "is_cycle", "REASONS"]
 
 REASONS = ("rejected", "expired", "maxlen", "delivery_limit")
+
+#: the annotations dead-lettering sets
+DEATH_KEYS = ("x-death", "x-first-death-reason", "x-first-death-queue", "x-first-death-exchange",
+              "x-last-death-reason", "x-last-death-queue", "x-last-death-exchange")
 
 _UTC = datetime.timezone.utc
 
@@ -51,8 +62,9 @@ def dead_lettered(message: Message, *, queue: str, reason: str, wall_time: float
     message's own); ``wall_time`` (epoch seconds) stamps the x-death entry;
     ``arrival`` (broker clock) starts the copy's life in its next queue.
     """
-    props = message.properties
+    props = message.bare_properties()
     headers: dict[str, Any] = dict(props.headers or {})
+    headers.update(message.annotations or ())
     deaths = [death for death in headers.get("x-death") or () if isinstance(death, dict)]
     for index, death in enumerate(deaths):
         if _text(death.get("queue")) == queue and _text(death.get("reason")) == reason:
@@ -72,17 +84,20 @@ def dead_lettered(message: Message, *, queue: str, reason: str, wall_time: float
         if props.expiration is not None:
             updated["original-expiration"] = props.expiration
     deaths.insert(0, updated)
-    headers["x-death"] = deaths
-    if "x-first-death-reason" not in headers:
-        headers["x-first-death-reason"] = reason
-        headers["x-first-death-queue"] = queue
-        headers["x-first-death-exchange"] = message.exchange
-    headers["x-last-death-reason"] = reason
-    headers["x-last-death-queue"] = queue
-    headers["x-last-death-exchange"] = message.exchange
-    return message.with_properties(
-        props.replace(headers=headers, expiration=None), exchange=exchange,
-        routing_key=message.routing_key if routing_key is None else routing_key, arrival=arrival)
+    annotations: dict[str, Any] = {key: headers.pop(key) for key in DEATH_KEYS if key in headers}
+    annotations["x-death"] = deaths
+    if "x-first-death-reason" not in annotations:
+        annotations["x-first-death-reason"] = reason
+        annotations["x-first-death-queue"] = queue
+        annotations["x-first-death-exchange"] = message.exchange
+    annotations["x-last-death-reason"] = reason
+    annotations["x-last-death-queue"] = queue
+    annotations["x-last-death-exchange"] = message.exchange
+    return Message.annotated(
+        annotations, exchange=exchange,
+        routing_key=message.routing_key if routing_key is None else routing_key,
+        body=message.body, properties=props.replace(headers=headers or None, expiration=None),
+        format=message.format, arrival=arrival)
 
 
 def is_cycle(message: Message, queue: str) -> bool:

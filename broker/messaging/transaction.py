@@ -2,8 +2,10 @@
 
 One interface (:class:`ServerTransaction`, Broker-J's name) with two kinds:
 
-- :class:`AutoCommitTransaction` applies each operation at once (no tx
-  selected; also the broker's own work such as a management "move messages").
+- :class:`AutoCommitTransaction` applies each operation at once: a
+  channel's publishes and settlements while no tx is selected (Broker-J's
+  ``AutoCommitTransaction``), and the broker's own work such as a
+  management "move messages".
 - :class:`LocalTransaction` (AMQP 0-9-1 tx, AMQP 1.0 local transactions)
   records operations in order and applies them all on :meth:`commit`, or
   forgets them on :meth:`rollback`.  As in RabbitMQ, rolling back
@@ -62,7 +64,7 @@ class AutoCommitTransaction:
     __slots__ = ()
 
     def enqueue(self, message: Message, queues: Iterable[Queue]) -> bool:
-        return enqueue_all(message, tuple(queues))
+        return enqueue_all(message, queues if type(queues) is list else tuple(queues))
 
     def settle(self, entry: QueueEntry) -> None:
         entry.queue.settle(entry)

@@ -335,7 +335,7 @@ class VirtualHost(ConfiguredObject):
             if address not in namespace.queues:
                 raise ConfigurationError(f"{self.label}: message: field 'address': no exchange"
                                          f" or queue '{address}'")
-            built = built.with_properties(built.properties, exchange="", routing_key=address)
+            built = built.with_properties(built.bare_properties(), exchange="", routing_key=address)
         try:
             queues = namespace.route(built.exchange, built)
         except BrokerError as exc:

@@ -13,7 +13,7 @@ from typing import Any
 
 from broker.messaging.message import Message, MessageProperties
 from broker.messaging.namespace import Namespace
-from broker.protocol.amqp0_9_1.properties import CODEC, encode_properties
+from broker.protocol.amqp0_9_1.properties import FORMAT, encode_properties
 from lakehouse.journal import DeltaMessageJournal
 from tests.waiting import wait_until_async
 
@@ -21,7 +21,7 @@ from tests.waiting import wait_until_async
 def persistent(body: bytes, **props: Any) -> Message:
     properties = MessageProperties(delivery_mode=2, **props)
     return Message(exchange="", routing_key="rk", body=body, properties=properties,
-                   encoded_properties=encode_properties(properties), codec=CODEC,
+                   native=encode_properties(properties), format=FORMAT,
                    arrival=time.monotonic())
 
 
@@ -85,7 +85,8 @@ def test_rows_hold_body_once_properties_as_text_and_headers_as_json(tmp_path: Pa
     assert first["body"] == b"body" and got[1]["body"] is None
     assert dict(first["properties"]) == {"delivery_mode": "2", "priority": "3", "message_id": "id-1"}
     assert json.loads(first["headers"]) == {"n": 1, "s": "x", "raw": {"$bytes": "AA=="}}
-    assert first["properties_raw"] == m.encoded_properties_for(CODEC)
+    assert first["native"] == m.native_for(FORMAT) and first["message_format"] == "amqp-0-9-1"
+    assert first["properties_raw"] is None                      # schema 1's column
     assert got[2]["outcome"] == "acked" and got[2]["delivery_count"] == 1
     # the deliver event was settled within the same group: only the settle is written
     assert not rows(journal, "event = 'deliver'")

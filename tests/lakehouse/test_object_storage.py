@@ -28,7 +28,7 @@ from broker.messaging.message import Message, MessageProperties
 from broker.messaging.namespace import Namespace
 from broker.messaging.termini import LinkRole, TerminusRecord
 from broker.model.config_store import ConfigurationRecord
-from broker.protocol.amqp0_9_1.properties import CODEC, encode_properties
+from broker.protocol.amqp0_9_1.properties import FORMAT, encode_properties
 from lakehouse.config_store import DeltaConfigurationStore
 from lakehouse.delta_table import AppendOnlyTable
 from lakehouse.maintenance import TableMaintenance, table_files
@@ -223,7 +223,7 @@ def test_appends_racing_maintenance_thread_on_s3(s3: Any, caplog: pytest.LogCapt
 def persistent(body: bytes) -> Message:
     properties = MessageProperties(delivery_mode=2)
     return Message(exchange="", routing_key="rk", body=body, properties=properties,
-                   encoded_properties=encode_properties(properties), codec=CODEC,
+                   native=encode_properties(properties), format=FORMAT,
                    arrival=time.monotonic())
 
 

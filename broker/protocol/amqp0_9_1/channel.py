@@ -6,12 +6,11 @@ state the spec gives it: the content being assembled (basic.publish, then a
 header frame, then body frames — spec 4.2.6), delivery tags and unacked
 deliveries, prefetch limits (basic.qos), flow, transaction and confirm mode.
 
-Publisher confirms are kept as a ledger of runs of sequence numbers, each
-run with one outcome: ack, nack (reject-publish overflow), or "ack once this
-journal group is durable" for persistent messages that reached durable
-queues.  Runs are answered strictly in order, each prefix with one
-``basic.ack``/``basic.nack`` (``multiple``), so a confirm never overtakes the
-durability of an earlier message.  tx.commit-ok likewise waits for the
+Publishes go through the channel's server transaction: an auto-commit one
+applies them at once, a ``tx.select``-ed one at ``tx.commit`` (Broker-J's
+``AutoCommitTransaction``/``LocalTransaction``).  Publisher confirms are kept
+by a :class:`~.confirms.ConfirmLedger` and answered in order, never before
+the journal has made the message durable; tx.commit-ok likewise waits for the
 journal.
 
 Soft errors (spec 1.8: 3xx/4xx "soft-error" codes) close only this channel;
@@ -20,25 +19,26 @@ hard errors propagate to the connection.
 
 from __future__ import annotations
 
-import enum
 import logging
 import os
 import struct
-from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Final, cast
+from typing import TYPE_CHECKING, Any, Callable
 
 from broker import errors
 from broker.messaging.message import Message, MessageProperties
-from broker.messaging.queue import Queue, enqueue_all
-from broker.messaging.transaction import REJECT, SETTLE, AutoCommitTransaction, LocalTransaction
+from broker.messaging.queue import Queue
+from broker.messaging.transaction import AutoCommitTransaction, LocalTransaction
 
 from . import direct_reply
 from . import methods as m
 from .codec import malformed_reason
+from .confirms import ACK, NACK, ConfirmLedger, Outcome
 from .delivery import Subscription, deliver_frames, get_ok_frames, return_frames
-from .properties import CODEC, decode_properties, encode_properties, parse_content_header
+from .properties import FORMAT, decode_properties, encode_properties, parse_content_header
 from .replies import Reservation, ReplyOrder
 from .store_wait import when_stored
+from .sender_selected import route_sender_selected
+from .tx import Mode, TxMethods
 
 if TYPE_CHECKING:
     from broker.messaging.journal import Durability, MessageJournal
@@ -48,18 +48,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# confirm outcomes other than "wait for this journal group"
-_ACK: Final = "ack"
-_NACK: Final = "nack"
 
-
-class Mode(enum.Enum):
-    NORMAL = 0
-    CONFIRM = 1
-    TX = 2
-
-
-class Channel:
+class Channel(TxMethods):
     def __init__(self, connection: AmqpConnection, number: int) -> None:
         self.connection = connection
         self.number = number
@@ -82,11 +72,8 @@ class Channel:
         self.prefetch_count = 0          # channel-wide (global=true)
         self.prefetch_size = 0
         self.consumer_prefetch = 0       # applied to new consumers (global=false)
-        # publisher confirms: (last seq of the run, outcome) runs, answered in order
-        self._publish_seq = 0
-        self._acked_upto = 0
-        self._ledger: deque[tuple[int, object]] = deque()
-        self._awaiting: Durability | None = None
+        self.confirms = ConfirmLedger()        # publisher confirms (confirm mode only)
+        self._awaiting: Durability | None = None   # the journal group confirms wait for
         self._journal: MessageJournal | None = getattr(self.namespace, "journal", None)
         self.last_queue_name = ""
         # everything this channel sends, in request order (tx.commit-ok may hold the rest back)
@@ -213,7 +200,7 @@ class Channel:
         self._body_parts = []
         self._body_received = 0
         if self.mode is Mode.CONFIRM:
-            self._publish_seq += 1
+            self.confirms.publish()
 
     def _complete_publish(self) -> None:
         publish = self._publish
@@ -245,10 +232,11 @@ class Channel:
         try:
             headers = props.headers
             if headers and ("CC" in headers or "BCC" in headers):
-                message, queues = self._route_sender_selected(publish, body, props)
+                message, queues = route_sender_selected(ns, publish.exchange, publish.routing_key,
+                                                        body, props)
             else:
                 message = Message(exchange=publish.exchange, routing_key=publish.routing_key, body=body,
-                                  properties=props, encoded_properties=encoded, codec=CODEC,
+                                  properties=props, native=encoded, format=FORMAT,
                                   arrival=ns.clock())  # the namespace's clock: engines have none
                 queues = ns.route(publish.exchange, message)
         except errors.BrokerError as exc:
@@ -262,51 +250,22 @@ class Channel:
                 out: list[bytes] = []
                 size = return_frames(out, self.number, 312, "NO_ROUTE", message, self.connection.frame_max)
                 self._replies.send(out, size)
-            self._confirm(_ACK)
+            self._confirm(ACK)
             return
-        if self.mode is Mode.TX:
-            self.tx.enqueue(message, queues)
-            return
-        accepted = enqueue_all(message, queues)
+        accepted = self.tx.enqueue(message, queues)     # at once, or at tx.commit
         if self.mode is Mode.CONFIRM:
             if not accepted:
-                self._confirm(_NACK)
+                self._confirm(NACK)
             elif message.journal_id and self._journal is not None:
-                self._confirm(self._journal.pending or _ACK)
+                self._confirm(self._journal.pending or ACK)
             else:
-                self._confirm(_ACK)
-
-    def _route_sender_selected(self, publish: m.BasicPublish, body: bytes,
-                               props: MessageProperties) -> tuple[Message, list[Queue]]:
-        """RabbitMQ's sender-selected distribution: the ``CC`` and ``BCC`` headers
-        (arrays of routing keys) route the message with those keys too, and
-        ``BCC`` is removed before anyone sees it."""
-        headers = dict(props.headers or {})
-        keys = [publish.routing_key]
-        for name in ("CC", "BCC"):
-            extra = headers.get(name)
-            if extra is None:
-                continue
-            if not isinstance(extra, list) or not all(isinstance(k, (str, bytes)) for k in extra):
-                raise errors.PreconditionFailed(f"header '{name}' must be an array of routing keys")
-            keys += [k.decode("utf-8", "replace") if isinstance(k, bytes) else k for k in extra]
-        headers.pop("BCC", None)
-        ns = self.namespace
-        message = Message(exchange=publish.exchange, routing_key=publish.routing_key, body=body,
-                          properties=props.replace(headers=headers), arrival=ns.clock())
-        queues: dict[int, Queue] = {}
-        for key in dict.fromkeys(keys):
-            probe = message if key == publish.routing_key else Message(
-                exchange=publish.exchange, routing_key=key, body=body, properties=props, arrival=message.arrival)
-            for queue in ns.route(publish.exchange, probe):
-                queues.setdefault(id(queue), queue)
-        return message, list(queues.values())
+                self._confirm(ACK)
 
     def _publish_reply(self, publish: m.BasicPublish, body: bytes, props: MessageProperties,
                        encoded: bytes) -> None:
         """A reply to a direct reply-to requester: straight to its channel, no queue."""
         message = Message(exchange="", routing_key=publish.routing_key, body=body, properties=props,
-                          encoded_properties=encoded, codec=CODEC, arrival=self.namespace.clock())
+                          native=encoded, format=FORMAT, arrival=self.namespace.clock())
         target = direct_reply.target(self.namespace, publish.routing_key)
         if target is not None and not target.channel.closing:
             target.channel.deliver_reply(target, message)
@@ -314,7 +273,7 @@ class Channel:
             out: list[bytes] = []
             size = return_frames(out, self.number, 312, "NO_ROUTE", message, self.connection.frame_max)
             self._replies.send(out, size)
-        self._confirm(_ACK)
+        self._confirm(ACK)
 
     def deliver_reply(self, consumer: direct_reply.ReplyConsumer, message: Message) -> None:
         tag = self._next_tag
@@ -325,67 +284,28 @@ class Channel:
         self.connection.messages_sent += 1
         self._replies.send(out, size)
 
-    def _confirm(self, outcome: object) -> None:
-        """Record the outcome of the publish just completed: _ACK, _NACK or a journal group."""
-        if self.mode is not Mode.CONFIRM:
-            return
-        seq = self._publish_seq
-        ledger = self._ledger
-        if ledger and ledger[-1][1] is outcome:
-            ledger[-1] = (seq, outcome)
-        else:
-            ledger.append((seq, outcome))
-        self.connection.confirms_due.add(self)
+    def _confirm(self, outcome: Outcome) -> None:
+        """Record the outcome of the publish just completed (confirm mode only)."""
+        if self.mode is Mode.CONFIRM:
+            self.confirms.record(outcome)
+            self.connection.confirms_due.add(self)
 
     def flush_confirms(self) -> None:
         """Answer every publish whose outcome is known, in order, as few frames as possible."""
         if self.closing:
             return
-        ledger = self._ledger
-        ack_upto = 0
-        while ledger:
-            upto, outcome = ledger[0]
-            if outcome is _ACK:
-                ack_upto = upto
-            elif outcome is _NACK:
-                if ack_upto:
-                    self._send_ack_upto(ack_upto)
-                    ack_upto = 0
-                self._send_nack_upto(upto)
-            else:
-                durability = cast("Durability", outcome)
-                if not durability.done:
-                    if self._awaiting is not durability:
-                        self._awaiting = durability
-                        durability.when_durable(self._journal_durable)
-                    break
-                if durability.error is None:
-                    ack_upto = upto
-                else:                         # the journal could not make them durable
-                    if ack_upto:
-                        self._send_ack_upto(ack_upto)
-                        ack_upto = 0
-                    self._send_nack_upto(upto)
-            ledger.popleft()
-        if ack_upto:
-            self._send_ack_upto(ack_upto)
+        answers, blocked = self.confirms.answers()
+        for ack, tag, multiple in answers:
+            self.reply(m.BasicAck(delivery_tag=tag, multiple=multiple) if ack
+                       else m.BasicNack(delivery_tag=tag, multiple=multiple, requeue=False))
+        if blocked is not None and self._awaiting is not blocked:
+            self._awaiting = blocked
+            blocked.when_durable(self._journal_durable)
 
     def _journal_durable(self) -> None:
         self._awaiting = None
         if self.connection.channels.get(self.number) is self:
             self.flush_confirms()
-
-    def _send_ack_upto(self, seq: int) -> None:
-        if seq <= self._acked_upto:
-            return
-        multiple = seq - self._acked_upto > 1
-        self.reply(m.BasicAck(delivery_tag=seq, multiple=multiple))
-        self._acked_upto = seq
-
-    def _send_nack_upto(self, seq: int) -> None:
-        multiple = seq - self._acked_upto > 1
-        self.reply(m.BasicNack(delivery_tag=seq, multiple=multiple, requeue=False))
-        self._acked_upto = seq
 
     # -- consumers and deliveries ----------------------------------------------------
     def can_send(self) -> bool:
@@ -763,74 +683,7 @@ class Channel:
             reply_code=exc.reply_code, reply_text=self.connection.reply_text(exc), class_id=class_id,
             method_id=method_id))
 
-    # -- tx and confirm classes -------------------------------------------------------
-    def _tx_select(self, method: m.TxSelect) -> None:
-        if self.mode is Mode.CONFIRM:
-            raise errors.PreconditionFailed("cannot switch from confirm to tx mode")
-        if self.mode is not Mode.TX:
-            self.mode = Mode.TX
-            self.tx = LocalTransaction()
-        self.reply(m.TxSelectOk())
-
-    def _tx_commit(self, method: m.TxCommit) -> None:
-        if not isinstance(self.tx, LocalTransaction):
-            raise errors.PreconditionFailed("channel is not transactional")
-        journal = self._journal
-        if journal is None:
-            self.tx.commit()
-            self.tx = LocalTransaction()
-            self.reply(m.TxCommitOk())
-            return
-        settled = [entry for kind, entry, _queues in self.tx.operations if kind in (SETTLE, REJECT)]
-        journal.begin_transaction()
-        try:
-            self.tx.commit()
-        finally:
-            journal.end_transaction()
-        self.tx = LocalTransaction()
-        pending = journal.pending
-        if pending is None:
-            self.reply(m.TxCommitOk())
-        else:
-            # commit-ok once the journal has it on disk; later replies wait behind it
-            place = self._replies.reserve()
-            pending.when_durable(lambda: self._tx_durable(pending, settled, place))
-
-    def _tx_durable(self, durability: Durability, settled: list[Any], place: Reservation) -> None:
-        connection = self.connection
-        if durability.error is not None:
-            # all or nothing: its publishes were dropped by their queues; its
-            # acknowledged and rejected messages go back to theirs.  What the
-            # client asked after the commit is answered by the channel's close.
-            for entry in settled:
-                entry.queue.reinstate(entry)
-            if not connection.is_open:
-                self._replies.discard()
-            elif self.closing:                   # a close already asked for: its close-ok may go
-                self._replies.fill(place, [], 0)
-            elif connection.channels.get(self.number) is not self:
-                self._replies.discard()
-            else:
-                self._replies.discard()
-                self.soft_error(errors.StoreFailed(
-                    f"transaction could not be made durable: {durability.error}"), m.TxCommit())
-            return
-        if not connection.is_open:
-            self._replies.discard()
-            return
-        data = connection.encode_method(self.number, m.TxCommitOk())
-        self._replies.fill(place, [data], len(data))
-        if not self._replies.holding and not self.closing:
-            self.resume_deliveries()             # deliveries waited for the reply
-            connection.run_dispatch()
-
-    def _tx_rollback(self, method: m.TxRollback) -> None:
-        if not isinstance(self.tx, LocalTransaction):
-            raise errors.PreconditionFailed("channel is not transactional")
-        self.tx.rollback()
-        self.tx = LocalTransaction()
-        self.reply(m.TxRollbackOk())
-
+    # -- confirm class (tx class: .tx) ---------------------------------------------
     def _confirm_select(self, method: m.ConfirmSelect) -> None:
         if self.mode is Mode.TX:
             raise errors.PreconditionFailed("cannot switch from tx to confirm mode")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from broker.errors import PreconditionFailed
 
 from .codec import FRAME_BODY, FRAME_END, FRAME_END_BYTE, FRAME_HEADER, FRAME_METHOD, encode_shortstr
-from .properties import CODEC
+from .properties import FORMAT
 
 if TYPE_CHECKING:
     from broker.messaging.message import Message
@@ -46,7 +46,7 @@ def content_frames(out: list[bytes], channel: int, message: Message, frame_max: 
     frame-end octet, and this function supplies it: one fewer piece per frame
     on the hottest path of the broker.
     """
-    props = message.encoded_properties_for(CODEC)
+    props = message.native_for(FORMAT)
     body = message.body
     size = len(body)
     header_len = 12 + len(props)

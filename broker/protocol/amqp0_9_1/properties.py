@@ -8,10 +8,12 @@ word; no basic property lives there, but a peer may still send one.
 
 from __future__ import annotations
 
-from struct import Struct, unpack_from
+from collections.abc import Mapping
+from struct import Struct
 from typing import Any
 
 from broker.messaging.message import MessageProperties
+from broker.messaging.message_format import AMQP_0_9_1, register
 
 from .codec import decode_shortstr, decode_table, encode_shortstr, encode_table
 
@@ -87,19 +89,35 @@ def encode_properties(props: MessageProperties) -> bytes:
     return _U16.pack(flags) + b"".join(parts)
 
 
-class BasicPropertiesCodec:
-    """The :class:`~broker.messaging.message.PropertiesCodec` of 0-8/0-9/0-9-1."""
+class BasicPropertiesFormat:
+    """The :class:`~broker.messaging.message_format.MessageFormat` of 0-8/0-9/0-9-1.
+
+    Native bytes are the content header's property flags and values (after
+    class-id, weight and body size).  The common view *is* the basic
+    properties, so both directions are the wire codec; the broker's
+    annotations become application headers, where RabbitMQ puts them for
+    0-9-1 clients.
+    """
 
     __slots__ = ()
 
-    def decode(self, data: bytes) -> MessageProperties:
-        return decode_properties(data, 0)
+    tag = AMQP_0_9_1
 
-    def encode(self, props: MessageProperties) -> bytes:
-        return encode_properties(props)
+    def decode(self, native: bytes) -> MessageProperties:
+        return decode_properties(native, 0)
+
+    def encode(self, view: MessageProperties,
+               annotations: Mapping[str, Any] | None = None) -> bytes:
+        if annotations:
+            view = view.replace(headers={**(view.headers or {}), **annotations})
+        return encode_properties(view)
+
+    def __repr__(self) -> str:
+        return f"<message format {self.tag}>"
 
 
-CODEC = BasicPropertiesCodec()
+#: registered when the engine is imported; found by tag elsewhere (message_format.BUILTIN_FORMATS)
+FORMAT = register(BasicPropertiesFormat())
 EMPTY_PROPERTIES = b"\x00\x00"
 
 
@@ -114,7 +132,7 @@ def content_header_payload(body_size: int, encoded_properties: bytes) -> bytes:
 
 
 __all__ = [
-    "BASIC_PROPERTIES", "BasicPropertiesCodec", "CODEC", "EMPTY_PROPERTIES",
+    "BASIC_PROPERTIES", "BasicPropertiesFormat", "EMPTY_PROPERTIES", "FORMAT",
     "content_header_payload", "decode_properties", "encode_properties",
     "parse_content_header",
 ]

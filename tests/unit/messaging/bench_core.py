@@ -18,7 +18,9 @@ ENCODED = b"\x90\x00\x02application/octet-stream"
 
 
 class Codec:
-    def encode(self, props: MessageProperties) -> bytes:
+    tag = "bench"
+
+    def encode(self, props: MessageProperties, annotations: object = None) -> bytes:
         return ENCODED
 
     def decode(self, data: bytes) -> MessageProperties:
@@ -58,7 +60,7 @@ def run(label: str, count: int, setup: Callable[[Namespace], tuple[str, str]],
     start = time.perf_counter()
     for _ in range(count):
         message = Message(exchange=exchange, routing_key=routing_key, body=body, properties=PROPS,
-                          encoded_properties=ENCODED, codec=codec, arrival=clock())
+                          native=ENCODED, format=codec, arrival=clock())
         for queue in route(exchange, message):
             queue.enqueue(message)
     elapsed = time.perf_counter() - start
@@ -108,7 +110,7 @@ def main() -> None:
     start = time.perf_counter()
     for _ in range(count):
         queue.enqueue(Message(exchange="", routing_key="q", body=body, properties=PROPS,
-                              encoded_properties=ENCODED, codec=codec, arrival=0.0))
+                              native=ENCODED, format=codec, arrival=0.0))
     middle = time.perf_counter()
     consumer = AckingConsumer()
     queue.add_consumer(consumer)

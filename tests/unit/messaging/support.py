@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from broker.messaging import Message, MessageProperties, Queue, QueueEntry
@@ -60,12 +61,16 @@ class RecordingConsumer:
 class JsonCodec:
     """A stand-in for a protocol engine's properties codec."""
 
+    tag = "test-json"
+
     def __init__(self) -> None:
         self.decodes = 0
         self.encodes = 0
 
-    def encode(self, props: MessageProperties) -> bytes:
+    def encode(self, props: MessageProperties, annotations: Mapping[str, Any] | None = None) -> bytes:
         self.encodes += 1
+        if annotations:
+            props = props.replace(headers={**(props.headers or {}), **annotations})
         fields = {name: getattr(props, name) for name in MessageProperties.__slots__
                   if getattr(props, name) is not None}
         return json.dumps(fields, sort_keys=True).encode()

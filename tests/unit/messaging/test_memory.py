@@ -21,9 +21,11 @@ BUDGET_PER_MESSAGE = 300
 
 
 class WireCodec:
-    """A compact stand-in for the 0-9-1 basic-properties codec."""
+    """A compact stand-in for the 0-9-1 basic-properties format."""
 
-    def encode(self, props: MessageProperties) -> bytes:
+    tag = "test-wire"
+
+    def encode(self, props: MessageProperties, annotations: object = None) -> bytes:
         content_type = (props.content_type or "").encode()
         return bytes([0x90, 0x00, len(content_type)]) + content_type + bytes([props.delivery_mode or 0])
 
@@ -51,7 +53,7 @@ def test_queued_message_overhead_is_within_budget() -> None:
             body = index.to_bytes(4, "big") * (BODY_SIZE // 4)
             message = Message(exchange="amq.direct" + wire_exchange.decode(),
                               routing_key=wire_key.decode(), body=body, properties=props,
-                              encoded_properties=codec.encode(props), codec=codec, arrival=clock())
+                              native=codec.encode(props), format=codec, arrival=clock())
             for target in route("amq.direct", message):
                 target.enqueue(message)
         del body, message, target

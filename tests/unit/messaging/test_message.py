@@ -23,13 +23,13 @@ def test_message_keeps_encoded_properties_and_decodes_on_demand() -> None:
     props = MessageProperties(content_type="application/json", headers={"k": "v"})
     encoded = codec.encode(props)
     msg = Message(exchange="x", routing_key="rk", body=b"abc", properties=props,
-                  encoded_properties=encoded, codec=codec, arrival=5.0)
+                  native=encoded, format=codec, arrival=5.0)
     assert msg.properties == props
     assert msg.properties is not props  # decoded afresh, not kept
     assert codec.decodes == 2  # one decode per access
-    assert msg.encoded_properties_for(codec) is encoded  # same codec: the kept bytes
+    assert msg.native_for(codec) is encoded  # same codec: the kept bytes
     other = JsonCodec()
-    assert other.decode(msg.encoded_properties_for(other)) == props
+    assert other.decode(msg.native_for(other)) == props
     assert other.encodes == 1
 
 
@@ -38,7 +38,7 @@ def test_message_without_codec_keeps_decoded_object() -> None:
     msg = Message(exchange="", routing_key="q", body=b"", properties=props, arrival=0.0)
     assert msg.properties is props
     codec = JsonCodec()
-    assert codec.decode(msg.encoded_properties_for(codec)) == props
+    assert codec.decode(msg.native_for(codec)) == props
 
 
 def test_message_derived_fields() -> None:
@@ -94,5 +94,5 @@ def test_properties_none_decodes_from_wire_form() -> None:
     codec = JsonCodec()
     encoded = codec.encode(MessageProperties(priority=4, expiration="10"))
     msg = Message(exchange="", routing_key="q", body=b"", properties=None,
-                  encoded_properties=encoded, codec=codec, arrival=1.0)
+                  native=encoded, format=codec, arrival=1.0)
     assert msg.priority == 4 and msg.expires_at == pytest.approx(1.01)
