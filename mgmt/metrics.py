@@ -88,6 +88,7 @@ NAMES: dict[tuple[str, str], Name | None] = {
     # failed logins (RabbitMQ: rabbitmq_auth_attempts_failed_total)
     ("Broker", "loginFailures"): Name("deltamq_auth_attempts_failed"),
     ("Broker", "loginsThrottled"): Name("deltamq_auth_attempts_throttled"),
+    ("Broker", "eventLoopLagMax"): Name("deltamq_event_loop_lag_max_seconds", 0.001),  # REST: ms
     ("VirtualHost", "connectionCount"): Name("deltamq_vhost_connections"),
     ("VirtualHost", "queueCount"): Name("deltamq_vhost_queues"),
     ("VirtualHost", "exchangeCount"): Name("deltamq_vhost_exchanges"),

@@ -52,6 +52,9 @@ def test_queue_figures_carry_rabbitmq_names_and_labels(system: SystemConfig) -> 
     assert samples(found, "deltamq_queues")[()] == 1
     assert "deltamq_broker_uptime" not in found and "deltamq_uptime_seconds" in found
     assert "deltamq_process_pid" not in found                  # left out: process_* say more
+    # REST gives the loop's lag in milliseconds; the metric is in seconds, the base unit
+    system.broker.loop_lag.max_lag = 0.25
+    assert samples(families(system.broker), "deltamq_event_loop_lag_max_seconds")[()] == 0.25
 
 
 def test_a_statistic_added_to_the_broker_is_exported_without_more_work(
