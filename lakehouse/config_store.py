@@ -48,7 +48,8 @@ from broker.errors import ConfigurationError
 from broker.model.config_store import ConfigurationRecord, ordered
 
 from .change_log import ChangeLog, Row, change_log_schema
-from .config_writer import MODE, Change, ConfigurationWriter, WriterProcess
+from .config_writer import (MODE, Change, ConfigurationWriter, WriterProcess, release_writer_process,
+                            shared_writer_process)
 from .delta_table import AppendOnlyTable, Location, child_location, is_uri, local_path
 from .journal import DeltaMessageJournal
 from .termini_store import DeltaTerminusStore
@@ -76,9 +77,13 @@ class DeltaConfigurationStore:
         self.path: Location = path.rstrip("/") if is_uri(path) else local_path(path)
         self.log = config_change_log(child_location(self.path, "config"))
         #: commits in a child process (MODE "process") or in the writer thread ("thread")
-        self.process = WriterProcess(str(self.log.table.uri)) if MODE == "process" else None
+        self.process: WriterProcess | None = None
         self.writer = ConfigurationWriter(self._commit, self.log.table.checkpoint,
                                           name=f"config-writer {self.path}")
+
+    @property
+    def _location(self) -> str:
+        return str(self.log.table.uri)
 
     @property
     def table(self) -> AppendOnlyTable:
@@ -94,8 +99,9 @@ class DeltaConfigurationStore:
 
     def open(self) -> None:
         self.log.open()
-        if self.process is not None:
-            self.process.start()              # checkpoints are the process's
+        if MODE == "process":
+            # checkpoints are the process's; one process serves every store of the broker
+            self.process = shared_writer_process(self._location)
         else:
             # checkpoints are the writer thread's, written after it answered the group's waiters
             self.log.table.on_checkpoint_due = self.writer.checkpoint_due
@@ -106,7 +112,7 @@ class DeltaConfigurationStore:
         if self.process is None:
             self.log.change(changes)
             return
-        self.process.commit(changes)
+        self.process.commit(self._location, changes)
         self.log.fold(changes)                # what recover() answers from now on
 
     def recover(self) -> list[ConfigurationRecord]:
@@ -134,7 +140,8 @@ class DeltaConfigurationStore:
     def close(self) -> None:
         self.writer.stop()
         if self.process is not None:
-            self.process.stop()
+            self.process = None
+            release_writer_process(self._location)
         self.log.close()
 
 

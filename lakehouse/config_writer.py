@@ -17,14 +17,15 @@ loop only hands a change over (:meth:`ConfigurationWriter.submit`) and gets a
 
 Where the commit runs (``DELTAMQ_CONFIG_WRITER``):
 
-* ``process`` (the default): in a child process of its own,
-  ``python -m lakehouse.config_writer <table location>``
-  (:class:`WriterProcess`), as the journal's writer
+* ``process`` (the default): in a child process, ``python -m
+  lakehouse.config_writer`` (:class:`WriterProcess`), one for all the
+  configuration stores of the broker, as the journal's writer
   (:mod:`lakehouse.journal_writer`); the thread only pickles the group onto a
-  pipe and waits for the answer (``>I`` length + pickled changes; answer
+  pipe and waits for the answer (``>I`` length + pickled ``("commit", table
+  location, changes)`` or ``("release", table location)``; answer
   ``>BI`` status and length, then the error's ``errno`` and text when it
   failed).  The child writes the table's checkpoints in a thread of its
-  own, beside the commits (:class:`Checkpointer`).
+  own per table, beside the commits (:class:`Checkpointer`).
 * ``thread``: in the thread itself.  Measured: a commit costs about 5 ms of
   CPU, much of it holding Python's interpreter lock (pyarrow's writer set-up,
   the commit's JSON, the checksum), and each time the broker's event loop
@@ -160,32 +161,60 @@ FAILURE = struct.Struct(">i")          # the error's errno (0: none), before its
 
 
 class WriterProcess:
-    """The child process that commits for a :class:`ConfigurationWriter` (its ``commit``).
+    """The child process that commits for every :class:`ConfigurationWriter` of this broker.
+
+    One child serves all configuration stores of the process (the broker's own
+    and one per virtual host node): a second interpreter with pyarrow and
+    delta-rs loaded costs about 100 MB of memory, too much to pay per store,
+    and configuration commits are few, so they can take turns.  Each request
+    names its table; the child opens a table on its first request and drops it
+    when its store is closed (:meth:`release`).
 
     Started at once (it imports pyarrow and delta-rs meanwhile); the first
-    commit waits for it.  Called from the writer thread only.  A child found
-    dead is started again; a commit whose child dies under it fails (EIO),
-    though the child may have made it durable first: as with a crash, a
-    change is taken for stored only once it was answered.
+    commit waits for it.  Called from the stores' writer threads, one request
+    at a time.  A child found dead is started again; a commit whose child
+    dies under it fails (EIO), though the child may have made it durable
+    first: as with a crash, a change is taken for stored only once it was
+    answered.
     """
 
-    def __init__(self, location: str) -> None:
-        self.location = location
+    def __init__(self) -> None:
         self._child: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
 
     def start(self) -> None:
+        with self._lock:
+            if self._child is None or self._child.poll() is not None:
+                self._start()
+
+    def _start(self) -> None:
         self._child = subprocess.Popen(
-            [sys.executable, "-m", "lakehouse.config_writer", self.location],
+            [sys.executable, "-m", "lakehouse.config_writer"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
             pass_fds=inherited_descriptors())   # it holds the data directory while it lives
 
-    def commit(self, changes: list[Change]) -> None:
+    def commit(self, location: str, changes: list[Change]) -> None:
+        """Commit ``changes`` to the table at ``location``; returns once durable, else raises."""
+        with self._lock:
+            self._request(("commit", location, changes))
+
+    def release(self, location: str) -> None:
+        """The store of ``location`` closed: the child closes the table (a dead child has nothing open)."""
+        with self._lock:
+            child = self._child
+            if child is not None and child.poll() is None:
+                try:
+                    self._request(("release", location))
+                except OSError:
+                    pass                       # it died: it holds nothing any more
+
+    def _request(self, request: tuple[Any, ...]) -> None:
         child = self._child
         if child is None or child.poll() is not None:
-            self.start()
+            self._start()
             child = self._child
         assert child is not None and child.stdin is not None and child.stdout is not None
-        data = pickle.dumps(changes, protocol=pickle.HIGHEST_PROTOCOL)
+        data = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
         try:
             child.stdin.write(REQUEST.pack(len(data)) + data)
             status, length = REPLY.unpack(_read(child.stdout, REPLY.size))
@@ -199,7 +228,8 @@ class WriterProcess:
             raise OSError(code, text) if code else RuntimeError(text)
 
     def stop(self) -> None:
-        child, self._child = self._child, None
+        with self._lock:
+            child, self._child = self._child, None
         if child is None:
             return
         assert child.stdin is not None and child.stdout is not None
@@ -215,6 +245,40 @@ class WriterProcess:
         child.stdout.close()
 
 
+_shared: WriterProcess | None = None
+_sharing: set[str] = set()
+_shared_lock = threading.Lock()
+
+
+def shared_writer_process(location: str) -> WriterProcess:
+    """The process-wide writer child, started for its first store (``location``: that store's table)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = WriterProcess()
+        _sharing.add(location)
+        process = _shared
+    process.start()
+    return process
+
+
+def release_writer_process(location: str) -> None:
+    """The store of ``location`` closed: its table is dropped, and the child stopped after the last."""
+    global _shared
+    with _shared_lock:
+        process = _shared
+        if process is None:
+            return
+        _sharing.discard(location)
+        last = not _sharing
+        if last:
+            _shared = None
+    if last:
+        process.stop()
+    else:
+        process.release(location)
+
+
 def _read(stream: IO[bytes], size: int) -> bytes:
     data = b""
     while len(data) < size:
@@ -225,16 +289,16 @@ def _read(stream: IO[bytes], size: int) -> bytes:
     return data
 
 
-def serve(commit: Callable[[list[Change]], None], requests: IO[bytes], replies: IO[bytes]) -> None:
-    """The child's loop: commit each request and answer it, until the end of the requests."""
+def serve(handle: Callable[[tuple[Any, ...]], None], requests: IO[bytes], replies: IO[bytes]) -> None:
+    """The child's loop: carry out each request and answer it, until the end of the requests."""
     while True:
         try:
             header = _read(requests, REQUEST.size)
         except EOFError:
             return
-        changes = pickle.loads(_read(requests, REQUEST.unpack(header)[0]))
+        request = pickle.loads(_read(requests, REQUEST.unpack(header)[0]))
         try:
-            commit(changes)
+            handle(request)
         except Exception as exc:
             code = exc.errno if isinstance(exc, OSError) and exc.errno else 0
             text = (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)) or repr(exc)
@@ -282,25 +346,52 @@ class Checkpointer:
                 log.warning("checkpoint failed", exc_info=True)
 
 
+class Tables:
+    """The child's open tables, by location: each with its change log and checkpoint thread."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, tuple[Any, Checkpointer]] = {}
+
+    def handle(self, request: tuple[Any, ...]) -> None:
+        kind, location = request[0], request[1]
+        if kind == "release":
+            self._close(location)
+            return
+        opened = self._open.get(location)
+        if opened is None:
+            from .config_store import config_change_log
+
+            change_log = config_change_log(location)
+            change_log.open()
+            checkpoints = Checkpointer(change_log.table.checkpoint)
+            change_log.table.on_checkpoint_due = checkpoints.due
+            opened = self._open[location] = (change_log, checkpoints)
+        opened[0].change(request[2])
+
+    def _close(self, location: str) -> None:
+        opened = self._open.pop(location, None)
+        if opened is not None:
+            change_log, checkpoints = opened
+            checkpoints.stop()
+            change_log.close()
+
+    def close(self) -> None:
+        for location in list(self._open):
+            self._close(location)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m lakehouse.config_writer <table location>``: commit what the broker sends."""
-    location = (sys.argv[1:] if argv is None else argv)[0]
+    """``python -m lakehouse.config_writer``: commit what the broker sends, to the tables it names."""
     # the broker ends this process (the end of its input), not Ctrl-C to the process group
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s config-writer: %(message)s")
-    from .config_store import config_change_log
-
-    change_log = config_change_log(location)
-    change_log.open()
-    checkpoints = Checkpointer(change_log.table.checkpoint)
-    change_log.table.on_checkpoint_due = checkpoints.due
+    tables = Tables()
     try:
-        serve(change_log.change, sys.stdin.buffer, sys.stdout.buffer)
+        serve(tables.handle, sys.stdin.buffer, sys.stdout.buffer)
     finally:
-        checkpoints.stop()
-        change_log.close()
+        tables.close()
     return 0
 
 

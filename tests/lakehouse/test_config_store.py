@@ -36,6 +36,7 @@ def test_changes_survive_reopening(tmp_path: Path) -> None:
     records = again.recover()
     assert [r.id for r in records] == ["vh", "q1"]          # parents first
     assert _records(again)["q1"].attributes == {"name": "orders", "durable": True, "v": 2}
+    again.close()
 
 
 def test_the_store_keeps_what_was_written_not_the_callers_object(tmp_path: Path) -> None:
@@ -45,6 +46,7 @@ def test_the_store_keeps_what_was_written_not_the_callers_object(tmp_path: Path)
     store.save([ConfigurationRecord("q", "Queue", None, attributes)])
     attributes["name"] = "changed later"
     assert _records(store)["q"].attributes == {"name": "orders"}
+    store.close()
 
 
 def test_every_commit_is_fsynced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,6 +83,7 @@ def test_the_table_is_plain_delta_with_the_documented_schema(tmp_path: Path) -> 
     store = DeltaConfigurationStore(str(tmp_path))
     store.open()
     store.save([ConfigurationRecord("q", "Queue", None, {"name": "orders"})])
+    store.close()
     table = AppendOnlyTable(tmp_path / "config", CONFIG_SCHEMA)
     rows = table.read("SELECT id, category, op, attributes FROM t").to_pylist()
     assert rows == [{"id": "q", "category": "Queue", "op": "save", "attributes": "{\"name\": \"orders\"}"}]

@@ -252,3 +252,31 @@ def test_the_event_loop_runs_on_while_a_commit_is_slow(tmp_path: Path) -> None:
     finally:
         gate.set()
         store.close()
+
+
+def test_one_writer_process_serves_every_store_and_outlives_all_but_the_last(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second interpreter costs ~100 MB: the broker's store and each node's share one."""
+    monkeypatch.setattr("lakehouse.config_store.MODE", "process")
+    # stores other tests of this process left open keep their own writer out of this one's way
+    monkeypatch.setattr("lakehouse.config_writer._shared", None)
+    monkeypatch.setattr("lakehouse.config_writer._sharing", set())
+    first = DeltaConfigurationStore(str(tmp_path / "broker"))
+    second = DeltaConfigurationStore(str(tmp_path / "node"))
+    first.open()
+    second.open()
+    try:
+        first.save([ConfigurationRecord("p1", "Port", None, {"name": "amqp"})])
+        second.save([ConfigurationRecord("q1", "Queue", None, {"name": "a"})])
+        assert first.process is second.process and first.process is not None
+        child = first.process._child
+        assert child is not None
+        first.close()
+        assert child.poll() is None                       # the node's store still uses it
+        second.save([ConfigurationRecord("q2", "Queue", None, {"name": "b"})])
+        assert second.process._child is child
+    finally:
+        second.close()
+    assert child.wait(30) == 0                            # the last store closed: it ended
+    assert stored_ids(tmp_path / "broker") == ["p1"]
+    assert stored_ids(tmp_path / "node") == ["q1", "q2"]
