@@ -118,6 +118,9 @@ def spark_session(data_dir: str | Path | None = None, *, app_name: str = "deltam
         _start_spark_context(conf, jvm_log)
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    from lakehouse.spark_datasource import DeltaMQDataSource
+
+    spark.dataSource.register(DeltaMQDataSource)    # format("deltamq"): queues as sources and sinks
     if data_dir is not None:
         register_views(spark, Path(data_dir))
     return spark

@@ -53,6 +53,24 @@ def test_no_command_prints_usage(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and "usage: deltamq" in err
 
 
+def test_spark_group_without_a_job_prints_its_help(capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from lakehouse import spark_commands
+
+    job = types.ModuleType("fake_spark_job")
+
+    def add_command(jobs: Any) -> None:
+        jobs.add_parser("fake-job", help="a job for this test").set_defaults(run=lambda args: 7)
+
+    job.add_command = add_command  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fake_spark_job", job)
+    monkeypatch.setattr(spark_commands, "JOBS", ("fake_spark_job",))
+    code, _, err = run(["spark"], capsys)
+    assert code == 2 and "usage: deltamq spark" in err and "fake-job" in err
+    code, _, _ = run(["spark", "fake-job"], capsys)
+    assert code == 7
+
+
 @pytest.fixture
 def fake_server(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
     calls: list[tuple[Any, ...]] = []

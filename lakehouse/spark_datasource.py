@@ -1,0 +1,27 @@
+"""The ``deltamq`` Spark data source: queues as streaming sources and sinks.
+
+``spark.readStream.format("deltamq")`` consumes a queue (the broker grants
+messages and settles them when a micro-batch commits; executors read the
+bodies from the journal's files), ``spark.read.format("deltamq")`` browses
+one, and ``df.write`` / ``df.writeStream`` with ``format("deltamq")``
+publish rows with confirms.  The readers live in :mod:`lakehouse.spark_source`,
+the writers in :mod:`lakehouse.spark_sink`; this class only hands Spark the
+right one.  Sessions built by :func:`lakehouse.spark.spark_session` register
+it; any other session can with ``spark.dataSource.register(DeltaMQDataSource)``.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSource
+
+
+class DeltaMQDataSource(DataSource):
+    """Spark's entry to DeltaMQ queues (format name ``deltamq``)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "deltamq"
+
+    # -- reading: lakehouse.spark_source (schema, reader, streamReader) ---------------------
+
+    # -- writing: lakehouse.spark_sink (writer, streamWriter) -------------------------------
