@@ -64,7 +64,11 @@ class AutoCommitTransaction:
     __slots__ = ()
 
     def enqueue(self, message: Message, queues: Iterable[Queue]) -> bool:
-        return enqueue_all(message, queues if type(queues) is list else tuple(queues))
+        if type(queues) is list:
+            if len(queues) == 1:                # the common case, one call less
+                return queues[0].enqueue(message)
+            return enqueue_all(message, queues)
+        return enqueue_all(message, tuple(queues))
 
     def settle(self, entry: QueueEntry) -> None:
         entry.queue.settle(entry)

@@ -310,7 +310,7 @@ class Channel(TxMethods):
     # -- consumers and deliveries ----------------------------------------------------
     def can_send(self) -> bool:
         # no deliveries while a reply is owed: a consume-ok held behind it must precede them
-        return self.flow_active and not self.closing and self.connection.writable and not self._replies.holding
+        return self.flow_active and not self.closing and self.connection.writable and not self._replies.waiting
 
     def can_send_unacked(self, size: int) -> bool:
         if not self.can_send():
@@ -330,10 +330,14 @@ class Channel(TxMethods):
             self.unacked_bytes += message.body_size
             sub.unacked += 1
         out: list[bytes] = []
+        connection = self.connection
         size = deliver_frames(out, self.number, sub.encoded_tag, tag, entry.redelivered, message,
-                              self.connection.frame_max)
-        self.connection.messages_sent += 1
-        self._replies.send(out, size)
+                              connection.frame_max)
+        connection.messages_sent += 1
+        if self._replies.waiting:           # behind a reply still owed
+            self._replies.send(out, size)
+        elif connection.is_open:            # (what _write does, one call less on the hottest path)
+            connection.write_frames(out, size)
 
     def resume_deliveries(self) -> None:
         for sub in self.subscriptions.values():

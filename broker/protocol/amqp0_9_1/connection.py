@@ -159,7 +159,7 @@ class AmqpConnection:
                     raise _Desynchronised(f"frame-end octet is 0x{buf[end]:02x}, expected 0xce")
                 payload = buf[o + 7:end]
                 o = end + 1
-                if channel and (self._told_blocked or self._held_channels or self.store_waits) \
+                if channel and (self._told_blocked or self._held_channels or self.store_waits.held) \
                         and self._hold(ftype, channel, payload):
                     continue
                 self._frame(ftype, channel, payload)

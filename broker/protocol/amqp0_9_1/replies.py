@@ -35,33 +35,34 @@ class Reservation:
 class ReplyOrder:
     """Writes a channel's frames through ``write`` in order, holding them behind reservations."""
 
-    __slots__ = ("_write", "_queue")
+    __slots__ = ("_write", "waiting")
 
     def __init__(self, write: Callable[[list[bytes], int], None]) -> None:
         self._write = write
-        self._queue: deque[Reservation] = deque()   # starts with an unfilled reservation
+        #: reservations and what waits behind them; empty: frames go straight through
+        self.waiting: deque[Reservation] = deque()   # starts with an unfilled reservation
 
     @property
     def holding(self) -> bool:
         """True while a reserved reply holds the channel's output back."""
-        return bool(self._queue)
+        return bool(self.waiting)
 
     def send(self, frames: list[bytes], size: int) -> None:
-        if not self._queue:
+        if not self.waiting:
             self._write(frames, size)
             return
-        last = self._queue[-1]
+        last = self.waiting[-1]
         if last.filled:                      # join the frames already waiting
             last.frames += frames
             last.size += size
         else:
             waiting = Reservation()
             waiting.frames, waiting.size, waiting.filled = list(frames), size, True
-            self._queue.append(waiting)
+            self.waiting.append(waiting)
 
     def reserve(self) -> Reservation:
         reservation = Reservation()
-        self._queue.append(reservation)
+        self.waiting.append(reservation)
         return reservation
 
     def fill(self, reservation: Reservation, frames: list[bytes], size: int) -> None:
@@ -69,7 +70,7 @@ class ReplyOrder:
         reservation.frames[:0] = frames
         reservation.size += size
         reservation.filled = True
-        queue = self._queue
+        queue = self.waiting
         while queue and queue[0].filled:
             ready = queue.popleft()
             if ready.frames:
@@ -77,4 +78,4 @@ class ReplyOrder:
 
     def discard(self) -> None:
         """The connection is gone: nothing held will be sent."""
-        self._queue.clear()
+        self.waiting.clear()

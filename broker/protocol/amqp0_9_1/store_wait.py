@@ -36,26 +36,27 @@ class StoreWaits:
     """Per connection: the channels waiting for the store, and their held frames."""
 
     def __init__(self) -> None:
-        self._held: dict[int, list[tuple[int, bytes]]] = {}
+        #: channel -> its held frames; empty when no channel waits (read on every frame: a plain dict)
+        self.held: dict[int, list[tuple[int, bytes]]] = {}
         self.held_bytes = 0
 
     def __bool__(self) -> bool:
-        return bool(self._held)
+        return bool(self.held)
 
     def __contains__(self, channel: int) -> bool:
-        return channel in self._held
+        return channel in self.held
 
     def wait(self, channel: int) -> None:
         """``channel``'s frames from now on are held."""
-        self._held.setdefault(channel, [])
+        self.held.setdefault(channel, [])
 
     def hold(self, ftype: int, channel: int, payload: bytes) -> None:
-        self._held[channel].append((ftype, payload))
+        self.held[channel].append((ftype, payload))
         self.held_bytes += len(payload) + 8
 
     def release(self, channel: int) -> list[tuple[int, bytes]]:
         """Stop holding ``channel``; the frames held for it, oldest first."""
-        frames = self._held.pop(channel, [])
+        frames = self.held.pop(channel, [])
         self.held_bytes -= sum(len(payload) + 8 for _, payload in frames)
         return frames
 
