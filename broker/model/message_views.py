@@ -64,6 +64,7 @@ def message_info(entry: QueueEntry, clock: Callable[[], float],
         "deliveryCount": entry.delivery_count,
         "redelivered": entry.redelivered,
         "state": "Acquired" if entry.state == ACQUIRED else "Available",
+        "messageFormat": message.format_tag,
     }
     if include_headers:
         info["headers"] = to_json_value(dict(props.headers or {}))

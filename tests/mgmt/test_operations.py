@@ -83,6 +83,7 @@ def test_get_message_info_in_delivery_order_with_positions_and_headers(
     assert [i["size"] for i in infos] == [1, 2, 3]
     assert infos[0]["contentType"] == "text/plain" and infos[0]["messageId"] == "m"
     assert infos[0]["headers"] == {"n": 7} and infos[0]["state"] == "Available"
+    assert infos[0]["messageFormat"] == "amqp-0-9-1"         # published over 0-9-1
     assert len({i["id"] for i in infos}) == 3
     window = api.ok(api.post(f"{VHOST}/{queue}/getMessageInfo", {"first": 1, "last": 1}))
     assert [i["size"] for i in window] == [2] and "headers" not in window[0]
