@@ -20,19 +20,13 @@ from tests.integration.conftest import DeltaMQProcess
 from tests.integration.support import BrokerEndpoint
 
 from .test_console_browser import chromium_path, drive, png_size, require_browser_tools
+from .test_replay import consume_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
 def bodies_and_headers(amqp: BrokerEndpoint, queue: str) -> list[tuple[bytes, dict[str, object]]]:
-    got = []
-    with amqp.pika() as connection:
-        channel = connection.channel()
-        while True:
-            method, properties, body = channel.basic_get(queue, auto_ack=True)
-            if method is None:
-                return got
-            got.append((body, dict(properties.headers or {})))
+    return [(body, dict(properties.headers or {})) for _, properties, body in consume_all(amqp, queue)]
 
 
 @pytest.mark.slow
