@@ -186,6 +186,30 @@ def test_replay_through_another_exchange_with_a_routing_key(
     assert nowhere["replayed"] == 3 and nowhere["unroutable"] == nowhere["messageIds"]
 
 
+def test_a_page_with_a_message_whose_exchange_is_gone_is_not_replayed_at_all(
+        api: Api, amqp: BrokerEndpoint) -> None:
+    queue, exchange = unique("page"), unique("gone")
+    with amqp.pika() as connection:
+        channel = connection.channel()
+        channel.exchange_declare(exchange, "direct", durable=True)
+        channel.queue_declare(queue, durable=True)
+        channel.queue_bind(queue, exchange, "k")
+        channel.confirm_delivery()
+        start = now()
+        publish(channel, "", queue, b"direct")          # the default exchange stays
+        publish(channel, exchange, "k", b"routed")
+        channel.exchange_delete(exchange)
+    consume_all(amqp, queue)
+    response = api.post(f"{VHOST}/{queue}/replayMessages", {"fromTime": start})
+    assert response.status_code == 404, response.text
+    text = response.json()["errorMessage"]
+    assert "replay stopped after 0 messages: message" in text and f"exchange '{exchange}'" in text
+    assert consume_all(amqp, queue) == []             # not even the page's first message
+    answer = replay(api, queue, fromTime=start, destination=queue)   # elsewhere, it goes
+    assert answer["replayed"] == 2
+    assert [body for _, _, body in consume_all(amqp, queue)] == [b"direct", b"routed"]
+
+
 @pytest.mark.parametrize("arguments, status, text", [
     ({}, 422, "at least one bound"),
     ({"fromTime": "yesterday"}, 422, "parameter 'fromTime': 'yesterday' is not an ISO 8601 time"),
