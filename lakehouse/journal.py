@@ -294,8 +294,9 @@ class DeltaMessageJournal:
             return None
 
     def history(self) -> JournalHistory:
-        """The table's history, for replay (:mod:`lakehouse.replay`; read it in a worker thread)."""
-        return JournalHistory(self.table.uri, self.table.storage_options)
+        """The table's history, for replay (:mod:`lakehouse.replay`): its readers run in a
+        child process; call them from a worker thread, never the event loop."""
+        return JournalHistory(self.table.uri, self.table.storage_options, separate_process=True)
 
     # -- MessageJournal (event loop) ------------------------------------------------
 

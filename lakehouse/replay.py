@@ -41,19 +41,24 @@ ago by default): see docs/replay.md.
 from __future__ import annotations
 
 import logging
+import multiprocessing
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
-from .delta_table import Location, TableVersions, VersionUnavailable, is_uri, local_path
+from .delta_table import Location, TableReadFailed, TableVersions, VersionUnavailable
 from .journal_schema import ENQUEUE, FORMAT_SQL, NATIVE_SQL
 from .log_state import read_commit
 
-__all__ = ["ReplayRange", "JournaledMessage", "QueueHistory", "BadRange", "JournalHistory",
-           "BATCH_SIZE"]
+__all__ = ["ReplayRange", "JournaledMessage", "QueueHistory", "QueueHistoryProcess", "BadRange",
+           "JournalHistory", "commit_time", "BATCH_SIZE"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: messages per page (the broker publishes a page as one journal transaction)
@@ -66,6 +71,9 @@ class BadRange(ValueError):
     def __init__(self, parameter: str | None, text: str) -> None:
         super().__init__(text)
         self.parameter = parameter
+
+    def __reduce__(self) -> tuple[type[BadRange], tuple[str | None, str]]:
+        return BadRange, (self.parameter, str(self))     # raised in the reader's process
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,37 +121,54 @@ class JournaledMessage(NamedTuple):
 
 
 class JournalHistory:
-    """The history of one journal table (local path or object-storage URI)."""
+    """The history of one journal table (local path or object-storage URI).
 
-    def __init__(self, location: Location, storage_options: dict[str, str] | None = None) -> None:
+    With ``separate_process`` its readers run in a child process
+    (:class:`QueueHistoryProcess`), as the broker needs them; else in the
+    calling thread (:class:`QueueHistory`).
+    """
+
+    def __init__(self, location: Location, storage_options: dict[str, str] | None = None, *,
+                 separate_process: bool = False) -> None:
         self.location = location
         self.storage_options = storage_options
+        self.separate_process = separate_process
 
     def queue(self, queue: str, *, from_time: datetime | None = None, to_time: datetime | None = None,
               from_version: int | None = None, to_version: int | None = None,
-              limit: int | None = None, batch_size: int = BATCH_SIZE) -> QueueHistory:
+              limit: int | None = None, batch_size: int = BATCH_SIZE
+              ) -> QueueHistory | QueueHistoryProcess:
         """A reader of ``queue``'s messages within the bounds (see :class:`ReplayRange`);
-        nothing is read before :meth:`QueueHistory.open`."""
+        nothing is read before its ``open()``."""
         bounds = ReplayRange(from_time, to_time, from_version, to_version)
+        if self.separate_process:
+            return QueueHistoryProcess(self.location, self.storage_options, queue, bounds,
+                                       limit=limit, batch_size=batch_size)
         return QueueHistory(TableVersions(self.location, self.storage_options), queue, bounds,
                             limit=limit, batch_size=batch_size)
 
     def commit_time(self, version: int) -> datetime | None:
         """When ``version`` of the table was committed; None when its log entry is gone."""
-        if is_uri(self.location):
-            ms = TableVersions(self.location, self.storage_options).remote_commit_time_ms(version)
-        else:
-            ms = _local_commit_time_ms(local_path(self.location), version)
-        return None if ms is None else datetime.fromtimestamp(ms / 1000, timezone.utc)
+        return commit_time(TableVersions(self.location, self.storage_options), version)
 
 
-def _local_commit_time_ms(path: Path, version: int) -> int | None:
-    try:
-        actions = read_commit(path / "_delta_log", version)
-    except (OSError, ValueError):
-        return None
-    times = [a["commitInfo"].get("timestamp") for a in actions if isinstance(a.get("commitInfo"), dict)]
-    return times[0] if times and isinstance(times[0], int) else None
+def commit_time(table: TableVersions, version: int) -> datetime | None:
+    """When ``version`` of ``table`` was committed (its ``commitInfo.timestamp``); None if unknown.
+
+    A local table's commit file is read by :func:`lakehouse.log_state.read_commit`;
+    on object storage delta-rs reads the table's history.
+    """
+    if table.remote:
+        ms = table.remote_commit_time_ms(version)
+    else:
+        try:
+            actions = read_commit(Path(table.uri) / "_delta_log", version)
+        except (OSError, ValueError):
+            return None
+        times = [a["commitInfo"].get("timestamp") for a in actions
+                 if isinstance(a.get("commitInfo"), dict)]
+        ms = times[0] if times and isinstance(times[0], int) else None
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, timezone.utc)
 
 
 class QueueHistory:
@@ -163,8 +188,9 @@ class QueueHistory:
         self.bounds = bounds
         self.limit = limit
         self.batch_size = batch_size
-        #: the version every page is read from (set by open)
+        #: the version every page is read from, and when it was committed (set by open)
         self.version = -1
+        self.committed: datetime | None = None
         self.read = 0                      # messages handed out so far
         self.missing: list[int] = []       # enqueued ids whose body row is gone (history retention)
         self._after = 0                    # the highest message id handed out (or skipped)
@@ -183,7 +209,11 @@ class QueueHistory:
         self._pin("t", self.version, "toVersion")
         if bounds.from_version is not None and bounds.from_version > 0:
             self._pin("before", bounds.from_version - 1, "fromVersion")
+        self.committed = commit_time(self.table, self.version)
         return self.version
+
+    def close(self) -> None:
+        """Nothing to release (the process-backed reader has a process to end)."""
 
     def _pin(self, name: str, version: int, parameter: str) -> None:
         try:
@@ -260,6 +290,77 @@ class QueueHistory:
             found.setdefault(message_id, (exchange or "", key or "", published, body, tag,
                                           native or b""))
         return found
+
+
+class QueueHistoryProcess:
+    """A :class:`QueueHistory` that reads in a child process of its own; the same interface.
+
+    delta-rs holds the interpreter lock while it loads a version and while
+    DataFusion runs a query (measured: a thread ticking every 5 ms went
+    unscheduled for up to ~1 s while a page was read from a journal of 400
+    files), so a reader in a thread of the broker would stall its event loop
+    for as long.  Each call here waits for the child over a pipe, which lets
+    the lock go: call it from a worker thread.  The child is started
+    (``spawn``) by :meth:`open` and ended by :meth:`close`.
+    """
+
+    def __init__(self, location: Location, storage_options: dict[str, str] | None, queue: str,
+                 bounds: ReplayRange, *, limit: int | None = None,
+                 batch_size: int = BATCH_SIZE) -> None:
+        self._arguments = (location, storage_options, queue, bounds, limit, batch_size)
+        self._executor: ProcessPoolExecutor | None = None
+        self.queue = queue
+        self.version = -1
+        self.committed: datetime | None = None
+        self.read = 0
+        self.missing: list[int] = []
+
+    def _call(self, work: Callable[[], T]) -> T:
+        if self._executor is None:
+            self._executor = ProcessPoolExecutor(
+                1, mp_context=multiprocessing.get_context("spawn"), initializer=_start_reader,
+                initargs=self._arguments)
+        try:
+            return self._executor.submit(work).result()
+        except BrokenProcessPool as exc:
+            raise TableReadFailed(f"the process reading the journal ended: {exc}") from None
+
+    def open(self) -> int:
+        self.version, self.committed = self._call(_open_reader)
+        return self.version
+
+    def next_batch(self) -> list[JournaledMessage]:
+        batch, missing = self._call(_next_page)
+        self.read += len(batch)
+        self.missing += missing
+        return batch
+
+    def close(self) -> None:
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
+#: the reader of a child process started by QueueHistoryProcess (one reader per process)
+_reader: QueueHistory | None = None
+
+
+def _start_reader(location: Location, storage_options: dict[str, str] | None, queue: str,
+                  bounds: ReplayRange, limit: int | None, batch_size: int) -> None:
+    global _reader
+    _reader = QueueHistory(TableVersions(location, storage_options), queue, bounds, limit=limit,
+                           batch_size=batch_size)
+
+
+def _open_reader() -> tuple[int, datetime | None]:
+    assert _reader is not None
+    return _reader.open(), _reader.committed
+
+
+def _next_page() -> tuple[list[JournaledMessage], list[int]]:
+    assert _reader is not None
+    known = len(_reader.missing)
+    return _reader.next_batch(), _reader.missing[known:]
 
 
 def _literal(text: str) -> str:

@@ -7,9 +7,10 @@ The Queue operation ``replayMessages`` (REST ``POST .../queue/<node>/<vhost>/<qu
    ``fromVersion``/``toVersion``, versions of the journal table) and where the
    messages go -- through an exchange (``exchange``, ``routingKey``; each
    defaults to the message's own), or straight into a queue (``destination``);
-2. it reads the journal page by page in a worker thread, never on the event
-   loop: the journal's ``history()`` (the delta store's reader, found on the
-   virtual host's journal, so this package names no module of the lakehouse);
+2. it reads the journal page by page, never on the event loop: the journal's
+   ``history()`` (the delta store's reader, found on the virtual host's
+   journal, so this package names no module of the lakehouse) reads in a
+   child process, which a worker thread waits for;
 3. on the event loop, it publishes each page as a publisher would -- routed
    through the exchange, each message keeping its format and native metadata,
    its body and properties, plus two annotations a 0-9-1 consumer sees as
@@ -86,11 +87,14 @@ class QueueHistoryReader(Protocol):
     """One queue's history within the bounds (blocking: run in a worker thread)."""
 
     version: int
+    committed: datetime | None
     missing: list[int]
 
     def open(self) -> int: ...
 
     def next_batch(self) -> Sequence[JournaledMessage]: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -139,19 +143,22 @@ async def replay_messages(view: Queue, request: ReplayRequest) -> dict[str, Any]
         source.name, from_time=_moment(label, "fromTime", request.from_time),
         to_time=_moment(label, "toTime", request.to_time), from_version=request.from_version,
         to_version=request.to_version, limit=None if request.limit < 0 else request.limit)
-    version = await _in_thread(label, reader.open)
-    committed = await _in_thread(label, lambda: history.commit_time(version))
     outcome = _Outcome()
     formats: dict[str, MessageFormat] = {}
-    while True:
-        batch = await _in_thread(label, reader.next_batch)
-        if not batch:
-            break
-        with view.journal_transaction():
-            _publish(label, namespace, source.name, target, batch, formats, outcome)
-        pending = journal.pending
-        if pending is not None:
-            await _durable(label, pending, outcome.replayed - len(batch), len(batch))
+    try:
+        version = await _in_thread(label, reader.open)
+        while True:
+            batch = await _in_thread(label, reader.next_batch)
+            if not batch:
+                break
+            with view.journal_transaction():
+                _publish(label, namespace, source.name, target, batch, formats, outcome)
+            pending = journal.pending
+            if pending is not None:
+                await _durable(label, pending, outcome.replayed - len(batch), len(batch))
+    finally:
+        reader.close()
+    committed = reader.committed
     log.info("%s: replayed %d messages (journal version %d) into %s", label, outcome.replayed,
              version, target.describe())
     return {

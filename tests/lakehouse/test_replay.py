@@ -14,7 +14,7 @@ from broker.messaging.message import Message, MessageProperties
 from broker.messaging.namespace import Namespace
 from broker.protocol.amqp0_9_1.properties import FORMAT, encode_properties
 from lakehouse.journal import DeltaMessageJournal
-from lakehouse.replay import BadRange, JournaledMessage
+from lakehouse.replay import BadRange, JournaledMessage, JournalHistory, QueueHistoryProcess
 
 
 def persistent(body: bytes, exchange: str = "", routing_key: str = "rk", **props: Any) -> Message:
@@ -39,8 +39,12 @@ class Journaled:
         self.journal.open()
         return self.journal.table.version
 
+    def history(self) -> JournalHistory:
+        """The journal's history read in this process (the broker's reads in a child)."""
+        return JournalHistory(self.journal.table.uri)
+
     def read(self, queue: str, *, batch_size: int = 500, **bounds: Any) -> list[JournaledMessage]:
-        reader = self.journal.history().queue(queue, batch_size=batch_size, **bounds)
+        reader = self.history().queue(queue, batch_size=batch_size, **bounds)
         reader.open()
         found: list[JournaledMessage] = []
         while batch := reader.next_batch():
@@ -128,7 +132,7 @@ def test_pages_keep_message_id_order_and_limit_counts_messages(journaled: Journa
     journaled.commit()
     expected = [b"%d" % i for i in range(7)]
     assert bodies(journaled.read("q", from_version=0, batch_size=2)) == expected
-    reader = journaled.journal.history().queue("q", from_version=0, batch_size=3, limit=5)
+    reader = journaled.history().queue("q", from_version=0, batch_size=3, limit=5)
     reader.open()
     pages = []
     while batch := reader.next_batch():
@@ -141,7 +145,7 @@ def test_the_version_read_is_pinned_when_the_reader_opens(journaled: Journaled) 
     q = journaled.queues["q"]
     q.enqueue(persistent(b"old"))
     pinned = journaled.commit()
-    reader = journaled.journal.history().queue("q", from_version=0, batch_size=1)
+    reader = journaled.history().queue("q", from_version=0, batch_size=1)
     assert reader.open() == pinned
     q.enqueue(persistent(b"replayed into the same queue"))
     journaled.commit()
@@ -171,7 +175,7 @@ def test_bad_bounds_name_the_bound_at_fault(journaled: Journaled, bounds: dict[s
                                             parameter: str | None, text: str) -> None:
     journaled.queues["q"].enqueue(persistent(b"x"))
     journaled.commit()
-    reader = journaled.journal.history().queue("q", **bounds)
+    reader = journaled.history().queue("q", **bounds)
     with pytest.raises(BadRange) as refused:
         reader.open()
     assert refused.value.parameter == parameter and text in str(refused.value)
@@ -187,7 +191,7 @@ def test_a_version_whose_log_entry_is_gone_is_refused(journaled: Journaled) -> N
     log = Path(journaled.journal.table.uri) / "_delta_log"
     (log / f"{1:020d}.json").unlink()           # what cleanup_metadata does to old entries
     (log / f"{0:020d}.json").unlink()
-    reader = journaled.journal.history().queue("q", from_version=2)
+    reader = journaled.history().queue("q", from_version=2)
     with pytest.raises(BadRange) as refused:
         reader.open()
     assert refused.value.parameter == "fromVersion"
@@ -200,6 +204,38 @@ def test_commit_times_come_from_the_log(journaled: Journaled) -> None:
     before = datetime.now(timezone.utc) - timedelta(seconds=1)
     journaled.queues["q"].enqueue(persistent(b"x"))
     version = journaled.commit()
-    committed = journaled.journal.history().commit_time(version)
+    committed = journaled.history().commit_time(version)
     assert committed is not None and before <= committed <= datetime.now(timezone.utc)
-    assert journaled.journal.history().commit_time(version + 100) is None
+    assert journaled.history().commit_time(version + 100) is None
+
+
+def test_the_brokers_reader_runs_in_a_process_of_its_own_with_the_same_pages(
+        journaled: Journaled) -> None:
+    """delta-rs holds the interpreter lock while it reads: the broker's reader is a child
+    process (journal.history()), which gives the same pages and errors as one in-process."""
+    q, other = journaled.queues["q"], journaled.queues["other"]
+    fanned = persistent(b"fanned")
+    other.enqueue(fanned)
+    for body in (b"a", b"b"):
+        q.enqueue(persistent(body))
+    q.enqueue(fanned)
+    version = journaled.commit()
+    reader = journaled.journal.history().queue("q", from_version=0, batch_size=2)
+    assert isinstance(reader, QueueHistoryProcess)
+    try:
+        assert reader.open() == version and reader.committed is not None
+        pages = []
+        while batch := reader.next_batch():
+            pages.append(batch)
+    finally:
+        reader.close()
+    assert pages == [journaled.read("q", from_version=0)[:2], journaled.read("q", from_version=0)[2:]]
+    assert [bodies(page) for page in pages] == [[b"fanned", b"a"], [b"b"]]    # message id order
+    assert reader.read == 3 and reader.missing == []
+    refused = journaled.journal.history().queue("q", from_version=5, to_version=4)
+    try:
+        with pytest.raises(BadRange) as error:
+            refused.open()
+    finally:
+        refused.close()
+    assert error.value.parameter == "toVersion" and "4 is before fromVersion 5" in str(error.value)
