@@ -3,9 +3,10 @@
 The broker's ``replayMessages`` operation (a Queue operation of the REST
 API, ``deltamq replay``, the console's replay form) publishes again the
 messages a queue's ``journal`` rows say were enqueued on it
-(:mod:`lakehouse.journal_schema`).  This module finds them, in a worker
-thread (never on the event loop), and hands them over in batches, so a
-range of any size is read with bounded memory.
+(:mod:`lakehouse.journal_schema`).  This module finds them and hands them
+over in batches, so a range of any size is read with bounded memory; the
+broker's reader (:class:`QueueHistoryProcess`) reads in a child process, since
+delta-rs holds the interpreter lock while it reads.
 
 Which messages
 --------------
