@@ -91,6 +91,7 @@ from .delta_table import add_missing_columns, is_uri
 from .journal_writer import (ERROR_LENGTH, LIVE_CTES, REPLY, REQUEST, PlainRow, RowEncoder, journal_table,
                              read_watermark)
 from .journal_schema import DELIVER, ENQUEUE, FORMAT_SQL, NATIVE_SQL, QUEUE_DELETED, REQUEUE, SETTLE
+from .replay import JournalHistory
 
 if TYPE_CHECKING:
     from broker.messaging.namespace import Namespace
@@ -291,6 +292,11 @@ class DeltaMessageJournal:
             return (self.path / "_delta_log" / "_last_checkpoint").stat().st_mtime
         except OSError:
             return None
+
+    def history(self) -> JournalHistory:
+        """The table's history, for replay (:mod:`lakehouse.replay`): its readers run in a
+        child process; call them from a worker thread, never the event loop."""
+        return JournalHistory(self.table.uri, self.table.storage_options, separate_process=True)
 
     # -- MessageJournal (event loop) ------------------------------------------------
 

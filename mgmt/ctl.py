@@ -1,4 +1,4 @@
-"""``deltamq status|list|purge``: rabbitmqctl-like commands for a running broker, over its REST API.
+"""``deltamq status|list|purge|replay``: rabbitmqctl-like commands for a running broker, over its REST API.
 
 ::
 
@@ -6,6 +6,8 @@
     deltamq list queues|connections|exchanges|consumers|users|vhosts [COLUMN ...]
                  [--vhost VHOST] [--no-headers] [connection options]
     deltamq purge QUEUE [--vhost VHOST] [connection options]
+    deltamq replay QUEUE [--from FROM] [--to TO] [--exchange X] [--routing-key K | --to-queue Q]
+                   [--limit N] [--vhost VHOST] [--json] [connection options]
 
 Connection options: ``--url`` (default ``$DELTAMQ_MANAGEMENT_URL``, else
 ``http://localhost:8080``, the embedded default's HTTP port; credentials may
@@ -350,10 +352,86 @@ def purge(api: Management, queue: str, vhost: str | None) -> str:
             f" '{printable(queue)}' in virtual host '{printable(host)}'\n")
 
 
+# -- replay ----------------------------------------------------------------------------------
+
+#: seconds ``deltamq replay`` waits for its answer by default (a replay may take a while)
+REPLAY_TIMEOUT = 600.0
+
+
+def replay_bound(text: str) -> tuple[str, str | int]:
+    """``--from``/``--to``: a journal version (a whole number) or an ISO 8601 time."""
+    text = text.strip()
+    if re.fullmatch(r"[0-9]+", text):
+        return "Version", int(text)
+    return "Time", text
+
+
+def replay(api: Management, queue: str, vhost: str | None, bounds: Mapping[str, str | None],
+           target: Mapping[str, Any], as_json: bool = False) -> str:
+    """The queue's ``replayMessages`` operation; one line saying what it did (or its JSON)."""
+    body: dict[str, Any] = {key: value for key, value in target.items() if value is not None}
+    for side in ("from", "to"):
+        given = bounds.get(side)
+        if given is not None:
+            kind, value = replay_bound(given)
+            body[f"{side}{kind}"] = value
+    host = api.virtual_host(vhost)
+    path = (f"/api/latest/queue/{_segment(api.node_of(host))}/{_segment(host)}/"
+            f"{_segment(queue)}/replayMessages")
+    answer = api.post(path, body)
+    if as_json:
+        return json.dumps(answer, indent=2, sort_keys=True) + "\n"
+    count = answer["replayed"]
+    where = (f"queue '{printable(target['destination'])}'" if target.get("destination") is not None
+             else f"exchange '{printable(target['exchange'])}'" if target.get("exchange") is not None
+             else "their own exchanges")
+    lines = [f"replayed {count} message{'' if count == 1 else 's'} of queue '{printable(queue)}'"
+             f" in virtual host '{printable(host)}' into {where}"
+             f" (journal version {answer['journalVersion']})"]
+    for key, what in (("unroutable", "routed to no queue"), ("refused", "refused by a queue"),
+                      ("missing", "not replayed, their bodies are gone from the journal")):
+        if answer.get(key):
+            lines.append(f"{what}: {printable(answer[key])}")
+    return "\n".join(lines) + "\n"
+
+
+def _add_replay_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    replaying = commands.add_parser(
+        "replay", help="publish again a queue's messages between two times or journal versions",
+        description="Publish again the messages the journal says were enqueued on a queue"
+                    " between two times or two versions of the journal (settled ones too):"
+                    " through their own exchanges, another exchange, or into a queue"
+                    " (the queue's replayMessages operation; docs/replay.md).",
+        epilog="FROM and TO are ISO 8601 times (2026-11-24T10:00:00Z; no offset: UTC), TO"
+               " excluded, or journal versions (whole numbers), both included.")
+    replaying.add_argument("queue", metavar="QUEUE", help="the queue whose history is replayed")
+    replaying.add_argument("--from", dest="start", metavar="FROM",
+                           help="first time or version (default: the oldest)")
+    replaying.add_argument("--to", dest="end", metavar="TO",
+                           help="time (excluded) or version (included) to stop at (default: now)")
+    through = replaying.add_mutually_exclusive_group()
+    through.add_argument("--exchange", "-e", metavar="EXCHANGE",
+                         help="publish through this exchange (default: each message's own;"
+                              " '' is the default exchange)")
+    through.add_argument("--to-queue", "-q", dest="destination", metavar="QUEUE",
+                         help="put the messages straight into this queue")
+    replaying.add_argument("--routing-key", "-k", metavar="KEY",
+                           help="routing key (default: each message's own)")
+    replaying.add_argument("--limit", type=int, metavar="N", help="at most N messages")
+    replaying.add_argument("--vhost", "-p", metavar="VHOST",
+                           help="the virtual host (default: the broker's default one)")
+    replaying.add_argument("--json", action="store_true", help="print the operation's answer as JSON")
+    _connection_options(replaying, timeout=REPLAY_TIMEOUT)
+    replaying.set_defaults(run=_command(lambda api, args: replay(
+        api, args.queue, args.vhost, {"from": args.start, "to": args.end},
+        {"exchange": args.exchange, "routingKey": args.routing_key,
+         "destination": args.destination, "limit": args.limit}, args.json)))
+
+
 # -- the commands ----------------------------------------------------------------------------
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``status``, ``list`` and ``purge`` to the ``deltamq`` command."""
+    """Add ``status``, ``list``, ``purge`` and ``replay`` to the ``deltamq`` command."""
     status_parser = commands.add_parser(
         "status", help="a running broker's version, uptime, memory, alarms, listeners",
         description="Ask a running broker (over its REST API) for its version, uptime,"
@@ -388,9 +466,10 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
                          help="the virtual host (default: the broker's default one)")
     _connection_options(purging)
     purging.set_defaults(run=_command(lambda api, args: purge(api, args.queue, args.vhost)))
+    _add_replay_command(commands)
 
 
-def _connection_options(parser: argparse.ArgumentParser) -> None:
+def _connection_options(parser: argparse.ArgumentParser, timeout: float = TIMEOUT) -> None:
     group = parser.add_argument_group("connection")
     group.add_argument("--url", metavar="URL",
                        default=os.environ.get(URL_VARIABLE, DEFAULT_URL),
@@ -400,8 +479,8 @@ def _connection_options(parser: argparse.ArgumentParser) -> None:
                        help="management user (default: $DELTAMQ_USER, the URL's, else guest)")
     group.add_argument("--password", metavar="P", default=os.environ.get("DELTAMQ_PASSWORD"),
                        help="password (default: $DELTAMQ_PASSWORD, the URL's, else guest)")
-    group.add_argument("--timeout", metavar="SECONDS", type=float, default=TIMEOUT,
-                       help=f"how long to wait for an answer (default {TIMEOUT:g})")
+    group.add_argument("--timeout", metavar="SECONDS", type=float, default=timeout,
+                       help=f"how long to wait for an answer (default {timeout:g})")
 
 
 def _command(action: Callable[[Management, argparse.Namespace], str]

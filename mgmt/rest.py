@@ -27,6 +27,7 @@ durable (the journal group of its virtual host is committed), as AMQP's
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -278,6 +279,8 @@ class RestApi:
         self._check(principal, Action.INVOKE if found.changes else Action.READ, obj, obj.category)
         result = await stored(obj, lambda: found.invoke(obj, arguments),
                               found.changes and obj.category in NAMESPACE_CATEGORIES)
+        if inspect.isawaitable(result):         # an operation that waits (replayMessages)
+            result = await result
         if found.changes:
             await wait_durable([obj])
         if isinstance(result, Content):

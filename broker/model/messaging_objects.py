@@ -401,6 +401,36 @@ class Queue(NamespaceObject):
                                      " queue")
         return target
 
+    # -- time-travel replay (broker/model/replay.py) --------------------------------------
+
+    @operation(description="Publish again the messages the journal says were enqueued on this"
+                           " queue between two times or two journal versions (settled ones"
+                           " too), through an exchange or into a queue, one journal commit per"
+                           " page; the count and the journal's ids of the messages",
+               returns=dict,
+               from_time=attribute(str, description="Enqueued at or after this time"
+                                                    " (ISO 8601; no offset: UTC)"),
+               to_time=attribute(str, description="Enqueued before this time (ISO 8601)"),
+               from_version=attribute(int, description="Committed by this version of the"
+                                                       " journal or a later one"),
+               to_version=attribute(int, description="Committed by this version or an earlier"
+                                                     " one (default: the newest)"),
+               exchange=attribute(str, description="Publish through this exchange (default:"
+                                                   " each message's own)"),
+               routing_key=attribute(str, description="With this routing key (default: each"
+                                                      " message's own)"),
+               destination=attribute(str, description="Put the messages straight into this"
+                                                      " queue instead"),
+               limit=attribute(int, default=-1, description="At most this many (-1: no limit)"))
+    async def replay_messages(self, from_time: str | None, to_time: str | None,
+                              from_version: int | None, to_version: int | None,
+                              exchange: str | None, routing_key: str | None,
+                              destination: str | None, limit: int) -> dict[str, Any]:
+        from broker.model.replay import ReplayRequest, replay_messages
+
+        return await replay_messages(self, ReplayRequest(
+            from_time, to_time, from_version, to_version, exchange, routing_key, destination, limit))
+
 
 def _numbered(ids: list[int] | None) -> Callable[[QueueEntry], bool]:
     """Selects the entries whose message has one of ``ids`` (every entry for None).

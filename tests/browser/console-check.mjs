@@ -6,7 +6,8 @@
 // config: {url, user, password, chromium, screenshot, queue, target, exchange,
 //          connectionName, consumedQueue, consumerTag, timeoutMs}; with mode "operations"
 //          the operator's pages instead: {tag, bidiQueue, bidiShown, bodyShown, depth,
-//          version, newUser, newPassword, newVhost, amqpPort}
+//          version, newUser, newPassword, newVhost, amqpPort}; with mode "replay" the replay
+//          form (see runReplay)
 //
 // tests/mgmt/test_console_browser.py runs it.  At checkpoints the script prints
 // "@@checkpoint <json>" on stdout and waits for a line on stdin: "ok" to go on,
@@ -363,6 +364,55 @@ async function runOperations(page) {
   log(`tag ${tag}`);
 }
 
+// Time-travel replay (config.mode "replay"): the replay form under a queue's messages, into
+// a queue by time and through an exchange by journal version.  config: {queue, target,
+// fromTime, toTime, fromVersion, exchange, routingKey, expected, expectedByVersion}.
+async function runReplay(page) {
+  const { queue, target } = config;
+  const status = page.getByTestId("status");
+  const replayed = (count) => new RegExp(`^Replayed ${count} messages? of .+ \\(journal version \\d+\\)\\.$`);
+
+  step("logging in");
+  await page.goto(config.url);
+  await page.getByLabel("User name", { exact: true }).fill(config.user);
+  await page.getByLabel("Password", { exact: true }).fill(config.password);
+  await page.getByRole("button", { name: "Log in" }).click();
+  await visible(page.getByRole("tab", { name: "Queues" }), "the console");
+
+  step("opening the replay form of the queue");
+  await page.getByRole("tab", { name: "Queues" }).click();
+  await page.getByRole("button", { name: `Browse the messages of ${queue}` }).click();
+  await expectText(page.getByTestId("browser-queue"), queue, "the queue browsed");
+  await page.getByText("Replay this queue's history from the journal").click();
+  const form = page.getByTestId("replay-form");
+  await visible(form, "the replay form");
+
+  step("replaying a time range into another queue");
+  await form.getByLabel("Replay from", { exact: true }).fill(config.fromTime);
+  await form.getByLabel("Replay to", { exact: true }).fill(config.toTime);
+  await form.getByLabel("Replay into", { exact: true }).selectOption("queue");
+  await until("the target queue among the choices",
+    () => page.locator(`#replay-queue option[value="${target}"]`).count());
+  await form.getByLabel("Replay into queue", { exact: true }).selectOption(target);
+  await form.getByRole("button", { name: "Replay" }).click();
+  await expectText(status, replayed(config.expected), "the status after replaying");
+  await expectText(page.getByTestId("replay-result"), replayed(config.expected), "the replay's result");
+  await checkpoint("replayed-by-time", {});
+
+  step("replaying journal versions through an exchange with a routing key");
+  await form.getByLabel("Replay from", { exact: true }).fill(String(config.fromVersion));
+  await form.getByLabel("Replay to", { exact: true }).fill("");
+  await form.getByLabel("Replay into", { exact: true }).selectOption("exchange");
+  await until("the exchange among the choices",
+    () => page.locator(`#replay-exchange option[value="${config.exchange}"]`).count());
+  await form.getByLabel("Replay through exchange", { exact: true }).selectOption(config.exchange);
+  await form.getByLabel("Replay with routing key", { exact: true }).fill(config.routingKey);
+  await form.getByRole("button", { name: "Replay" }).click();
+  await expectText(status, replayed(config.expectedByVersion), "the status after the second replay");
+  await checkpoint("replayed-by-version", {});
+  if (config.screenshot) await page.screenshot({ path: config.screenshot, fullPage: true });
+}
+
 async function main() {
   let browser;
   let page;
@@ -390,7 +440,8 @@ async function main() {
       if (!reason.includes("ERR_ABORTED")) problems.push(`request failed: ${req.url()} ${reason}`);
     });
     page.on("dialog", (dialog) => { dialogs.push(dialog.message()); dialog.accept(); });
-    await (config.mode === "operations" ? runOperations(page) : run(page));
+    const modes = { operations: runOperations, replay: runReplay };
+    await (modes[config.mode] || run)(page);
     if (problems.length) throw new Error(`the page reported errors: ${problems.join("; ")}`);
     result.ok = true;
   } catch (err) {
