@@ -35,10 +35,14 @@ import pyarrow.parquet as pq
 from .delta_table import AppendOnlyTable, fsync_path
 from .journal_schema import ENQUEUE, QUEUE_DELETED, SETTLE
 from .log_state import LogState
+from .producer_rows import PRODUCER_SEQUENCE
 
 __all__ = ["purge_settled_history", "expired_message_ids"]
 
 log = logging.getLogger(__name__)
+
+#: rows about queues and producers, not messages: retention keeps them
+_MARKERS = pa.array([QUEUE_DELETED, PRODUCER_SEQUENCE])
 
 
 def expired_message_ids(table: AppendOnlyTable, cutoff: dt.datetime) -> pa.Array:
@@ -103,9 +107,10 @@ def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime,
         if low is not None and low > newest:
             continue                                   # only younger messages in this file
         keys = pq.read_table(table.path / unquote(name), columns=["message_id", "event"])
-        # queue_deleted markers stay: they are what keeps a deleted queue's messages away
+        # queue_deleted markers stay: they are what keeps a deleted queue's messages away;
+        # producer sequences too: they are what keeps a replayed batch out
         drop = pc.and_(pc.is_in(keys.column("message_id"), value_set=expired),
-                       pc.not_equal(keys.column("event"), QUEUE_DELETED))
+                       pc.invert(pc.is_in(keys.column("event"), value_set=_MARKERS)))
         dropped = pc.sum(drop).as_py() or 0
         if not dropped:
             continue

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from broker import errors
 from broker.messaging.message import Message, MessageProperties
+from broker.messaging.producer_sequences import PRODUCER_HEADER
 from broker.messaging.queue import Queue
 from broker.messaging.transaction import AutoCommitTransaction, LocalTransaction
 
@@ -231,6 +232,9 @@ class Channel(TxMethods):
             return
         try:
             headers = props.headers
+            if headers and PRODUCER_HEADER in headers:   # exactly-once publishing: see .tx
+                props, encoded = self.producer_marked(props)
+                headers = props.headers
             if headers and ("CC" in headers or "BCC" in headers):
                 message, queues = route_sender_selected(ns, publish.exchange, publish.routing_key,
                                                         body, props)
