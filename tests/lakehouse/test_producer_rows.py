@@ -15,6 +15,7 @@ from broker.protocol.amqp0_9_1.properties import FORMAT, encode_properties
 from lakehouse.delta_table import AppendOnlyTable
 from lakehouse.journal import DeltaMessageJournal
 from lakehouse.journal_schema import JOURNAL_SCHEMA
+from lakehouse.producer_rows import read_producer_sequences
 from lakehouse.retention import purge_settled_history
 
 
@@ -70,19 +71,31 @@ def test_the_sequence_is_committed_with_the_messages_and_recovered(tmp_path: Pat
     journal.close()
 
 
-def test_retention_keeps_producer_sequences(tmp_path: Path) -> None:
+def test_retention_keeps_each_producers_highest_sequence(tmp_path: Path) -> None:
     old = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+    recent = old + dt.timedelta(days=10)
 
-    def row(event: str, queue: str, **extra: object) -> dict[str, object]:
+    def row(event: str, queue: str, message_id: int = 1, at: dt.datetime = old, **extra: object) -> dict[str, object]:
         base: dict[str, object] = {name: None for name in JOURNAL_SCHEMA.names}
-        base.update(vhost="v", event=event, queue=queue, message_id=1, at=old, **extra)
+        base.update(vhost="v", event=event, queue=queue, message_id=message_id, at=at, **extra)
         return base
 
     table = AppendOnlyTable(tmp_path / "journal", JOURNAL_SCHEMA, stats_column="message_id")
     table.open()
     table.append(pa.Table.from_pylist([
-        row("enqueue", "q", body=b"1", tx_id=1), row("producer_sequence", "query/0", tx_id=1, delivery_count=3),
-        row("settle", "q", outcome="acked")], schema=JOURNAL_SCHEMA))
-    assert purge_settled_history(table, old + dt.timedelta(days=1)) == 2     # the message's two rows
-    assert table.read("SELECT event, queue, delivery_count FROM t").to_pylist() == [
-        {"event": "producer_sequence", "queue": "query/0", "delivery_count": 3}]
+        row("enqueue", "q", body=b"1", tx_id=1), row("producer_sequence", "query/0", tx_id=1, delivery_count=1),
+        row("settle", "q", outcome="acked"),
+        row("producer_sequence", "query/0", delivery_count=2),       # superseded, old: goes
+        row("producer_sequence", "query/1", delivery_count=5),       # old, but its producer's last: stays
+    ], schema=JOURNAL_SCHEMA))
+    table.append(pa.Table.from_pylist([
+        row("producer_sequence", "query/0", 7, recent, delivery_count=3),
+        row("producer_sequence", "query/2", 7, recent, delivery_count=1),   # recent: stays
+        row("producer_sequence", "query/2", 7, recent, delivery_count=2),
+    ], schema=JOURNAL_SCHEMA))
+    # the message's two rows and query/0's rows 1 and 2
+    assert purge_settled_history(table, old + dt.timedelta(days=1)) == 4
+    assert table.read("SELECT queue, delivery_count FROM t ORDER BY queue, delivery_count").to_pylist() == [
+        {"queue": "query/0", "delivery_count": 3}, {"queue": "query/1", "delivery_count": 5},
+        {"queue": "query/2", "delivery_count": 1}, {"queue": "query/2", "delivery_count": 2}]
+    assert read_producer_sequences(table) == {"query/0": 3, "query/1": 5, "query/2": 2}
