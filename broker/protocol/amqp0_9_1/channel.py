@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from broker import errors
 from broker.messaging.message import Message, MessageProperties
-from broker.messaging.producer_sequences import PRODUCER_HEADER
 from broker.messaging.queue import Queue
 from broker.messaging.transaction import AutoCommitTransaction, LocalTransaction
 
@@ -39,7 +38,7 @@ from .properties import FORMAT, decode_properties, encode_properties, parse_cont
 from .replies import Reservation, ReplyOrder
 from .store_wait import when_stored
 from .sender_selected import route_sender_selected
-from .tx import Mode, TxMethods
+from .tx import PRODUCER_HEADER, Mode, TxMethods
 
 if TYPE_CHECKING:
     from broker.messaging.journal import Durability, MessageJournal
@@ -233,8 +232,7 @@ class Channel(TxMethods):
         try:
             headers = props.headers
             if headers and PRODUCER_HEADER in headers:   # exactly-once publishing: see .tx
-                props, encoded = self.producer_marked(props)
-                headers = props.headers
+                props, encoded, headers = self.producer_marked(props)
             if headers and ("CC" in headers or "BCC" in headers):
                 message, queues = route_sender_selected(ns, publish.exchange, publish.routing_key,
                                                         body, props)

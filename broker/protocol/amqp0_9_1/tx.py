@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker import errors
 from broker.messaging.message import MessageProperties
-from broker.messaging.producer_sequences import ProducerMark, ProducerSequences, producer_mark
+from broker.messaging.producer_sequences import PRODUCER_HEADER, ProducerMark, ProducerSequences, producer_mark
 from broker.messaging.transaction import REJECT, SETTLE, AutoCommitTransaction, LocalTransaction
 
 from . import methods as m
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from .connection import AmqpConnection
     from .replies import Reservation, ReplyOrder
 
-__all__ = ["Mode", "TxMethods"]
+__all__ = ["Mode", "TxMethods", "PRODUCER_HEADER"]
 
 
 class Mode(enum.Enum):
@@ -73,8 +73,8 @@ class TxMethods:
             self.tx = LocalTransaction()
         self.reply(m.TxSelectOk())
 
-    def producer_marked(self, props: MessageProperties) -> tuple[MessageProperties, bytes]:
-        """A publish carries a producer mark: check it, note it, and strip it from the message."""
+    def producer_marked(self, props: MessageProperties) -> tuple[MessageProperties, bytes, dict[str, Any] | None]:
+        """A publish carries a producer mark: check it, note it, strip it (props, bytes, headers)."""
         assert props.headers is not None
         mark, headers = producer_mark(props.headers)
         if self.mode is not Mode.TX:
@@ -88,7 +88,7 @@ class TxMethods:
                 f"one transaction publishes one producer sequence: got producer '{mark.producer}'"
                 f" sequence {mark.sequence} after '{self._producer.producer}' {self._producer.sequence}")
         props = props.replace(headers=headers or None)
-        return props, encode_properties(props)
+        return props, encode_properties(props), props.headers
 
     def _tx_commit(self, method: m.TxCommit) -> None:
         if not isinstance(self.tx, LocalTransaction):
