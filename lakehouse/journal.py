@@ -64,6 +64,11 @@ without a ``settle`` row and not older than the queue's last
 message id order.  Messages reached by several queues are rebuilt once and
 shared.  Queues that no longer exist get a ``queue_deleted`` row, so their
 messages never come back if a queue of that name is declared again.
+
+A transaction of an exactly-once producer adds a ``producer_sequence`` row to
+its group; :meth:`DeltaMessageJournal.open` reads each producer's highest
+sequence and :meth:`~DeltaMessageJournal.recover` hands them to the namespace
+(:mod:`lakehouse.producer_rows`).
 """
 
 from __future__ import annotations
@@ -91,6 +96,7 @@ from .delta_table import add_missing_columns, is_uri
 from .journal_writer import (ERROR_LENGTH, LIVE_CTES, REPLY, REQUEST, PlainRow, RowEncoder, journal_table,
                              read_watermark)
 from .journal_schema import DELIVER, ENQUEUE, FORMAT_SQL, NATIVE_SQL, QUEUE_DELETED, REQUEUE, SETTLE
+from .producer_rows import producer_row, read_producer_sequences
 from .replay import JournalHistory
 
 if TYPE_CHECKING:
@@ -186,6 +192,8 @@ class DeltaMessageJournal:
         self.failed_commits = 0
         self.sent_rows = 0                      # rows handed to the writer (committed or not)
         self.figures = JournalFigures()        # latency, group sizes, bytes: for management
+        #: each exactly-once producer's highest committed sequence, as read by :meth:`open`
+        self.producer_sequences: dict[str, int] = {}
 
     # -- lifetime ------------------------------------------------------------------
 
@@ -199,6 +207,7 @@ class DeltaMessageJournal:
             top_message, top_tx = highest.column("m")[0].as_py(), highest.column("t")[0].as_py()
             self._next_message_id = (top_message or 0) + 1
             self._next_tx_id = (top_tx or 0) + 1
+        self.producer_sequences = read_producer_sequences(self.table)
 
     def attach_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the writer process: groups are handed off on ``loop``, which also runs the waiters.
@@ -346,6 +355,9 @@ class DeltaMessageJournal:
 
     def queue_deleted(self, queue: Queue) -> None:
         self._mark_deleted(queue.name)
+
+    def producer_committed(self, producer: str, sequence: int) -> None:
+        self._add(producer_row(producer, sequence, self._next_message_id - 1, self._tx))
 
     def _mark_deleted(self, name: str) -> None:
         self._add((QUEUE_DELETED, name, self._next_message_id - 1, time.time(), self._tx,
@@ -578,6 +590,7 @@ class DeltaMessageJournal:
 
     def recover(self, namespace: Namespace) -> int:
         """Put every live message back in its queue; the number of messages restored."""
+        namespace.producers.restore(self.producer_sequences)   # exactly-once producers
         started = time.perf_counter()
         watermark = read_watermark(self.path)
         live = self.table.read(_LIVE_SQL.format(watermark=watermark))

@@ -5,6 +5,8 @@ what flowed.  After the retention period (7 days by default) a message that
 has left every queue it reached -- acked, dead-lettered, expired, purged, its
 queue deleted -- has served that purpose: :func:`purge_settled_history`
 removes all of its rows.  Live messages are never touched, however old.
+An exactly-once producer's ``producer_sequence`` rows older than the cut-off
+go too, except its highest (:mod:`lakehouse.producer_rows`).
 
 Which messages: one query over the table (DataFusion) finds each message
 whose every queue entry ended (a ``settle`` row, or a later ``queue_deleted``
@@ -35,10 +37,14 @@ import pyarrow.parquet as pq
 from .delta_table import AppendOnlyTable, fsync_path
 from .journal_schema import ENQUEUE, QUEUE_DELETED, SETTLE
 from .log_state import LogState
+from .producer_rows import PRODUCER_SEQUENCE, superseded_mask, superseded_producer_rows
 
 __all__ = ["purge_settled_history", "expired_message_ids"]
 
 log = logging.getLogger(__name__)
+
+#: rows about queues and producers, not messages: retention keeps them
+_MARKERS = pa.array([QUEUE_DELETED, PRODUCER_SEQUENCE])
 
 
 def expired_message_ids(table: AppendOnlyTable, cutoff: dt.datetime) -> pa.Array:
@@ -83,9 +89,11 @@ def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime,
     bench.delta_maintenance``).
     """
     expired = expired_message_ids(table, cutoff)
-    if not len(expired):
+    superseded = superseded_producer_rows(table, cutoff)
+    if not len(expired) and not superseded.num_rows:
         return 0
-    newest = pc.max(expired).as_py()
+    newest = max(pc.max(expired).as_py() if len(expired) else -1,
+                 pc.max(superseded.column("message_id")).as_py() if superseded.num_rows else -1)
     if state is None:
         state = LogState(table.path)
         state.load()
@@ -102,10 +110,14 @@ def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime,
         low = (json.loads(add.get("stats") or "{}").get("minValues") or {}).get("message_id")
         if low is not None and low > newest:
             continue                                   # only younger messages in this file
-        keys = pq.read_table(table.path / unquote(name), columns=["message_id", "event"])
-        # queue_deleted markers stay: they are what keeps a deleted queue's messages away
+        keys = pq.read_table(table.path / unquote(name), columns=["message_id", "event", "queue",
+                                                                   "delivery_count"])
+        # queue_deleted markers stay: they are what keeps a deleted queue's messages away;
+        # producer sequences too, each producer's highest: it is what keeps a replayed batch out
         drop = pc.and_(pc.is_in(keys.column("message_id"), value_set=expired),
-                       pc.not_equal(keys.column("event"), QUEUE_DELETED))
+                       pc.invert(pc.is_in(keys.column("event"), value_set=_MARKERS)))
+        if superseded.num_rows:
+            drop = pc.or_(drop, superseded_mask(keys, superseded))
         dropped = pc.sum(drop).as_py() or 0
         if not dropped:
             continue

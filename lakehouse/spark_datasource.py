@@ -12,7 +12,12 @@ it; any other session can with ``spark.dataSource.register(DeltaMQDataSource)``.
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
 
 
 class DeltaMQDataSource(DataSource):
@@ -25,3 +30,13 @@ class DeltaMQDataSource(DataSource):
     # -- reading: lakehouse.spark_source (schema, reader, streamReader) ---------------------
 
     # -- writing: lakehouse.spark_sink (writer, streamWriter) -------------------------------
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from lakehouse.spark_sink import DeltaMQWriter, SinkOptions
+
+        return DeltaMQWriter(SinkOptions.parse(self.options), schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from lakehouse.spark_sink import DeltaMQStreamWriter, SinkOptions
+
+        return DeltaMQStreamWriter(SinkOptions.parse(self.options), schema, overwrite)

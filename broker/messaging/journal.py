@@ -107,3 +107,11 @@ class MessageJournal(Protocol):
     def queue_deleted(self, queue: Queue) -> None:
         """Durable ``queue`` was deleted with everything in it."""
         ...
+
+    def producer_committed(self, producer: str, sequence: int) -> None:
+        """``producer`` committed its transaction of ``sequence`` (reported inside that transaction).
+
+        See :mod:`broker.messaging.producer_sequences`: the record joins the
+        group of the transaction's messages, so both are durable together.
+        """
+        ...

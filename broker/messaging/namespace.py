@@ -49,6 +49,7 @@ from broker.messaging.last_value_queue import LastValueQueue
 from broker.messaging.stored_changes import StoredOperations
 from broker.messaging.message import Message
 from broker.messaging.priority_queue import PriorityQueue
+from broker.messaging.producer_sequences import ProducerSequences
 from broker.messaging.queue import Queue, QueueHost
 from broker.messaging.records import from_json_value
 from broker.messaging.routing import Routing
@@ -123,6 +124,8 @@ class Namespace(Routing):
         self.clock = clock
         #: where durable queues journal persistent messages (None: nothing is journaled)
         self.journal: MessageJournal | None = None
+        #: each producer's last committed sequence (exactly-once publishing; the journal restores it)
+        self.producers = ProducerSequences()
         #: what a declare with arguments nobody reads gets: ignored (RabbitMQ), logged, or refused (Broker-J)
         self.unknown_arguments: UnknownArguments = "IGNORE"
         self._logged_unknown: set[str] = set()

@@ -38,7 +38,7 @@ from .properties import FORMAT, decode_properties, encode_properties, parse_cont
 from .replies import Reservation, ReplyOrder
 from .store_wait import when_stored
 from .sender_selected import route_sender_selected
-from .tx import Mode, TxMethods
+from .tx import PRODUCER_HEADER, Mode, TxMethods
 
 if TYPE_CHECKING:
     from broker.messaging.journal import Durability, MessageJournal
@@ -231,6 +231,8 @@ class Channel(TxMethods):
             return
         try:
             headers = props.headers
+            if headers and PRODUCER_HEADER in headers:   # exactly-once publishing: see .tx
+                props, encoded, headers = self.producer_marked(props)
             if headers and ("CC" in headers or "BCC" in headers):
                 message, queues = route_sender_selected(ns, publish.exchange, publish.routing_key,
                                                         body, props)

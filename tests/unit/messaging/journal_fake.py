@@ -73,5 +73,8 @@ class RecordingJournal:
     def queue_deleted(self, queue: Queue) -> None:
         self._record("queue_deleted", queue.name)
 
+    def producer_committed(self, producer: str, sequence: int) -> None:
+        self._record("producer_sequence", producer, sequence, self.tx)
+
     def of(self, kind: str) -> list[tuple[Any, ...]]:
         return [e for e in self.events if e[0] == kind]
