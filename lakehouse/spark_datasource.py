@@ -12,7 +12,13 @@ it; any other session can with ``spark.dataSource.register(DeltaMQDataSource)``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pyspark.sql.datasource import DataSource
+
+if TYPE_CHECKING:
+    from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader
+    from pyspark.sql.types import StructType
 
 
 class DeltaMQDataSource(DataSource):
@@ -23,5 +29,20 @@ class DeltaMQDataSource(DataSource):
         return "deltamq"
 
     # -- reading: lakehouse.spark_source (schema, reader, streamReader) ---------------------
+
+    def schema(self) -> str:
+        from lakehouse.queue_reads import MESSAGE_SCHEMA_DDL
+
+        return MESSAGE_SCHEMA_DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from lakehouse.spark_source import QueueBrowseReader, QueueOptions
+
+        return QueueBrowseReader(QueueOptions.parse(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from lakehouse.spark_source import QueueOptions, QueueStreamReader
+
+        return QueueStreamReader(QueueOptions.parse(self.options))
 
     # -- writing: lakehouse.spark_sink (writer, streamWriter) -------------------------------
