@@ -46,6 +46,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from importlib.metadata import version
 from pathlib import Path
@@ -113,6 +114,10 @@ def spark_session(data_dir: str | Path | None = None, *, app_name: str = "deltam
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
+    # Python workers -- UDFs, the deltamq data source's planner and readers -- run this
+    # interpreter (its packages: pyarrow, deltalake, lakehouse), not whatever 'python3' is
+    # first on PATH; the JVM started below inherits the setting
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = SparkConf(loadDefaults=False).setAll(session_settings(app_name, delta_jars(progress)))
     if jvm_log is not None and SparkContext._active_spark_context is None:
         _start_spark_context(conf, jvm_log)

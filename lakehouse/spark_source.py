@@ -187,6 +187,13 @@ class QueueStreamReader(DataSourceStreamReader):
         self._settled: deque[tuple[str, int]] = deque(maxlen=64)
         self._idle_until = 0.0
 
+    def __getstate__(self) -> dict[str, Any]:
+        # pickled for the executors, which only call read(): the planner's state stays here
+        return {"options": self.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["options"])  # type: ignore[misc]
+
     # -- the planner -------------------------------------------------------------------
 
     def _planner(self) -> LeaseClient:

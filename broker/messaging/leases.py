@@ -244,6 +244,7 @@ class Leases:
             entry = queue.get()
             if entry is None:
                 break
+            self._journal_transient(queue, entry)
             taken.append(entry)
         return self._hold(consumer, taken)
 
@@ -257,18 +258,20 @@ class Leases:
         """
         consumer = self.attach(queue, name, session, lease_seconds)
         wanted: set[int] = set()
+        kept: list[QueueEntry] = []
         for message_id in ids:
-            entry = consumer.orphans.pop(message_id, None)
+            entry = consumer.orphans.pop(message_id, None) or consumer.held.get(message_id)
             if entry is not None:
-                consumer.held[message_id] = entry
-            elif message_id not in consumer.held:
+                kept.append(entry)
+            else:
                 wanted.add(message_id)
         if not consumer.orphans:
             consumer.orphan_deadline = None
         taken = queue.acquire(lambda e: e.message.journal_id in wanted, len(wanted)) if wanted else []
-        found = {entry.message.journal_id for entry in taken}
-        grant = self._hold(consumer, taken)
-        grant.missing = sorted(wanted - found)
+        for entry in taken:
+            self._journal_transient(queue, entry)
+        grant = self._hold(consumer, kept + taken)
+        grant.missing = sorted(wanted - {entry.message.journal_id for entry in taken})
         return grant
 
     def settle(self, queue: Queue, name: str, session: str, ids: list[int],
@@ -380,10 +383,10 @@ class Leases:
                                      " of type 'delta'): a Spark consumer reads messages from it")
 
     def _hold(self, consumer: LeaseConsumer, entries: list[QueueEntry]) -> Grant:
+        """Hold ``entries`` (acquired) for ``consumer``: a grant of them."""
         consumer.grants += 1
         grant = Grant(consumer.grants, [])
         for entry in entries:
-            self._journal_transient(consumer.queue, entry)
             message_id = entry.message.journal_id
             consumer.held[message_id] = entry
             grant.message_ids.append(message_id)

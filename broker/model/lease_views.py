@@ -66,6 +66,15 @@ class LeaseConsumerView(Consumer):
         return int(self.consumer.lease_seconds)
 
 
+    def on_delete(self) -> None:
+        """Management deletes the consumer: what it holds goes back to the queue at once."""
+        consumer = self.consumer
+        if consumer.on_detach is not None:
+            consumer.on_detach = None
+            consumer.leases.release(consumer.queue, consumer.name, None)
+        super().on_delete()
+
+
 def _leases(queue_view: Any) -> Leases:
     leases: Leases | None = getattr(queue_view.namespace, "leases", None)
     if leases is None:

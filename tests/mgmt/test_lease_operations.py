@@ -112,6 +112,11 @@ def test_release_and_bad_requests(api: Api, amqp: BrokerEndpoint) -> None:
     released = api.ok(api.post(f"{VHOST}/{queue}/releaseMessages", {"consumer": "job"}))
     assert released == {"consumer": "job", "released": 1}
     assert consume(amqp, queue, 1) == [(b"r", True)]
+    publish(amqp, queue, [b"d"])
+    assert grant(api, queue, max=1)["count"] == 1
+    api.ok(api.delete(f"consumer/default/default/{queue}/job"))     # management deletes the job's consumer
+    assert consume(amqp, queue, 1) == [(b"d", True)]
+    assert api.ok(api.get(f"consumer/default/default/{queue}")) == []
     plain = f"lease.{uuid.uuid4().hex[:12]}"
     api.ok(api.put(f"{VHOST}/{plain}", {"durable": False}), 201)
     refused = api.post(f"{VHOST}/{plain}/grantMessages", {"consumer": "job"})

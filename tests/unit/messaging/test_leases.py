@@ -70,7 +70,7 @@ def test_a_grant_takes_from_the_head_and_no_other_consumer_gets_those(
     queue.add_consumer(other)
     queue.dispatch()
     assert other.bodies == [b"m3", b"m4"]                 # never the granted ones
-    assert journal.of("deliver") == [("deliver", "q", i, 1) for i in (1, 2, 3)]
+    assert journal.of("deliver")[:3] == [("deliver", "q", i, 1) for i in (1, 2, 3)]
 
 
 def test_settle_acks_in_the_journal_naming_the_consumer_and_is_idempotent(
@@ -156,8 +156,11 @@ def test_a_new_session_keeps_the_old_sessions_messages_held_for_one_lease(
     consumer = leases.find(queue, "job")
     assert consumer is not None and sorted(consumer.held) == [3, 4] and sorted(consumer.orphans) == [5, 6]
     assert leases.grant(queue, "job", "new", 10, LEASE).message_ids == []   # 5, 6 still held
-    clock.advance(LEASE - 5)
-    leases.grant(queue, "job", "new", 0, LEASE)           # the new session renews; orphans are due
+    clock.advance(LEASE - 1)
+    leases.grant(queue, "job", "new", 0, LEASE)           # the new session renews ...
+    ns.run_due(clock())
+    assert sorted(consumer.orphans) == [5, 6]             # ... not the old one's: held one lease
+    clock.advance(1)
     ns.run_due(clock())
     assert sorted(consumer.orphans) == [] and queue.message_count == 2      # 5 and 6 went back
     assert leases.grant(queue, "job", "new", 10, LEASE).message_ids == [5, 6]
