@@ -88,6 +88,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from broker.data_directory import inherited_descriptors
+from broker.messaging.journal import DROPPED
 from broker.messaging.journal_figures import JournalFigures
 from broker.messaging.message import Message, MessageProperties
 from broker.messaging.message_format import MessageFormat, format_for
@@ -95,7 +96,7 @@ from broker.messaging.message_format import MessageFormat, format_for
 from .delta_table import add_missing_columns, is_uri
 from .journal_writer import (ERROR_LENGTH, LIVE_CTES, REPLY, REQUEST, PlainRow, RowEncoder, journal_table,
                              read_watermark)
-from .journal_schema import DELIVER, ENQUEUE, FORMAT_SQL, NATIVE_SQL, QUEUE_DELETED, REQUEUE, SETTLE
+from .journal_schema import DELIVER, ENQUEUE, FORMAT_SQL, NATIVE_SQL, QUEUE_DELETED, REQUEUE, SETTLE, TRANSIENT
 from .producer_rows import producer_row, read_producer_sequences
 from .replay import JournalHistory
 
@@ -638,6 +639,10 @@ class DeltaMessageJournal:
                                        native=raw, format=fmt,
                                        arrival=published[index] + mono_offset)
                     previous.journal_id = previous_id = message_id
+                if not previous.persistent:     # journaled only for a lease consumer's grant
+                    self._add((SETTLE, name, message_id, time.time(), None, deliveries[index],
+                               DROPPED, TRANSIENT, None))
+                    continue
                 target.restore(previous, deliveries[index])
                 restored += 1
                 if restored % _RECOVERY_LOG_EVERY == 0:

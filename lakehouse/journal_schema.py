@@ -27,7 +27,11 @@ column                 type                   meaning
                                               ``purged`` or ``replaced`` (last-value queue)
 ``reason``             string (nullable)      why it left without an ack, in RabbitMQ's
                                               x-death terms: ``rejected``, ``expired``,
-                                              ``maxlen``, ``delivery_limit``
+                                              ``maxlen``, ``delivery_limit``; ``transient``
+                                              for a transient message recovery dropped.
+                                              An ``acked`` row: null, or
+                                              ``consumer:<name>`` when a lease consumer (a
+                                              Spark job) settled it
 ``exchange``           string (nullable)      \\
 ``routing_key``        string (nullable)       |  the message itself: present on exactly one
 ``published_at``       timestamp[us, UTC]      |  row per message, the ``enqueue`` into the
@@ -54,6 +58,12 @@ readers treat them as: ``message_format`` null -> ``amqp-0-9-1``, ``native``
 null -> ``properties_raw`` (:data:`NATIVE_SQL`).  Releases of schema 1 cannot recover
 messages written by schema 2 (their ``properties_raw`` is null).
 
+Transient messages and non-durable queues are not journaled, with one
+exception: a transient message granted to a lease consumer (a Spark job, which
+reads bodies from this table; :mod:`broker.messaging.leases`) is journaled
+when granted, and recovery settles it as ``dropped`` (reason ``transient``)
+instead of bringing it back.
+
 A message is *live* in a queue when it has an ``enqueue`` row there, no
 ``settle`` row there, and no later ``queue_deleted`` row for that queue (one
 whose ``message_id`` is at least the message's).  It was *delivered* when it
@@ -67,13 +77,16 @@ from typing import Final
 import pyarrow as pa
 
 __all__ = ["JOURNAL_SCHEMA", "JOURNAL_SCHEMA_VERSION", "ENQUEUE", "DELIVER", "REQUEUE", "SETTLE",
-           "QUEUE_DELETED", "OUTCOMES", "TIMESTAMP", "FORMAT_SQL", "NATIVE_SQL"]
+           "QUEUE_DELETED", "TRANSIENT", "OUTCOMES", "TIMESTAMP", "FORMAT_SQL", "NATIVE_SQL"]
 
 ENQUEUE: Final = "enqueue"
 DELIVER: Final = "deliver"
 REQUEUE: Final = "requeue"
 SETTLE: Final = "settle"
 QUEUE_DELETED: Final = "queue_deleted"
+
+#: the ``reason`` of the settle row recovery writes for a transient message (see above)
+TRANSIENT: Final = "transient"
 
 #: the values of ``outcome`` on ``settle`` rows
 OUTCOMES: Final = ("acked", "rejected", "dead_lettered", "expired", "dropped", "purged", "replaced")

@@ -114,9 +114,9 @@ def spark_session(data_dir: str | Path | None = None, *, app_name: str = "deltam
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
-    # Python workers (the deltamq data source's planners, readers and writers; UDFs) run
-    # this interpreter, with its packages, not whatever python3 comes first on PATH;
-    # pyspark reads the variable when the context starts
+    # Python workers -- UDFs, the deltamq data source's planner and readers -- run this
+    # interpreter (its packages: pyarrow, deltalake, lakehouse), not whatever 'python3' is
+    # first on PATH; the JVM started below inherits the setting
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = SparkConf(loadDefaults=False).setAll(session_settings(app_name, delta_jars(progress)))
     if jvm_log is not None and SparkContext._active_spark_context is None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter
 
 if TYPE_CHECKING:
+    from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader
     from pyspark.sql.types import StructType
 
 
@@ -28,6 +29,21 @@ class DeltaMQDataSource(DataSource):
         return "deltamq"
 
     # -- reading: lakehouse.spark_source (schema, reader, streamReader) ---------------------
+
+    def schema(self) -> str:
+        from lakehouse.queue_reads import MESSAGE_SCHEMA_DDL
+
+        return MESSAGE_SCHEMA_DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from lakehouse.spark_source import QueueBrowseReader, QueueOptions
+
+        return QueueBrowseReader(QueueOptions.parse(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from lakehouse.spark_source import QueueOptions, QueueStreamReader
+
+        return QueueStreamReader(QueueOptions.parse(self.options))
 
     # -- writing: lakehouse.spark_sink (writer, streamWriter) -------------------------------
 

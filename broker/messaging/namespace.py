@@ -46,6 +46,7 @@ from broker.messaging.arguments import (
 from broker.messaging.exchange import EXCHANGE_TYPES, Binding, DirectExchange, Exchange
 from broker.messaging.journal import MessageJournal
 from broker.messaging.last_value_queue import LastValueQueue
+from broker.messaging.leases import Leases
 from broker.messaging.stored_changes import StoredOperations
 from broker.messaging.message import Message
 from broker.messaging.priority_queue import PriorityQueue
@@ -134,6 +135,8 @@ class Namespace(Routing):
         self._stored_operations = StoredOperations(self)
         self._queues: dict[str, Queue] = {}
         self._timed: set[Queue] = set()
+        #: consumers that take messages by grant, under a lease (Spark jobs)
+        self.leases = Leases(clock)
         #: statistics for management: messages (and body bytes) published into this virtual host
         self.published_messages = 0
         self.published_bytes = 0
@@ -496,7 +499,7 @@ class Namespace(Routing):
 
     def next_deadline(self) -> float | None:
         """When :meth:`run_due` next has work (clock seconds), or None."""
-        earliest: float | None = None
+        earliest = self.leases.next_deadline()
         for queue in self._timed:
             deadline = queue.next_deadline()
             if deadline is not None and (earliest is None or deadline < earliest):
@@ -504,7 +507,8 @@ class Namespace(Routing):
         return earliest
 
     def run_due(self, now: float) -> None:
-        """Expire messages whose TTL has passed and delete queues unused for their x-expires."""
+        """Expire messages whose TTL has passed, delete queues unused for their x-expires, end leases."""
+        self.leases.run_due(now)
         for queue in list(self._timed):
             if queue.deleted:
                 self._timed.discard(queue)

@@ -255,8 +255,12 @@ class Queue(ConsumerDispatch, ArrivalHold):
             return entry
         return None
 
-    def settle(self, entry: QueueEntry) -> None:
-        """Acknowledge: the entry leaves the queue.  Settling twice is a no-op."""
+    def settle(self, entry: QueueEntry, by: str | None = None) -> None:
+        """Acknowledge: the entry leaves the queue.  Settling twice is a no-op.
+
+        ``by``: what the journal's ``reason`` says of an ack made by a lease
+        consumer (``consumer:<name>``, :mod:`broker.messaging.leases`); None for the rest.
+        """
         if entry.state == ACQUIRED:
             entry.state = SETTLED
             self._unacked -= 1
@@ -264,7 +268,7 @@ class Queue(ConsumerDispatch, ArrivalHold):
             self._forget(entry)
             journal = self.journal
             if journal is not None and entry.message.persistent:
-                journal.settled(self, entry.message, ACKED, None, entry.delivery_count + 1)
+                journal.settled(self, entry.message, ACKED, by, entry.delivery_count + 1)
 
     def reject(self, entry: QueueEntry) -> None:
         """Reject without requeue: dead-letter (reason ``rejected``) or discard."""
@@ -399,6 +403,36 @@ class Queue(ConsumerDispatch, ArrivalHold):
             if journal is not None and entry.message.persistent:
                 journal.settled(self, entry.message, PURGED, None, entry.delivery_count)
         return removed
+
+    def acquire(self, select: Callable[[QueueEntry], bool], limit: int) -> list[QueueEntry]:
+        """Acquire up to ``limit`` chosen ready messages as basic.get would (a lease consumer's claim).
+
+        Only messages delivered before can be chosen (a lease consumer claims
+        what it was granted once): a standard queue keeps those ahead of the
+        never-delivered ones, so the scan stops at the first of these there.
+        """
+        kept: list[QueueEntry] = []
+        taken: list[QueueEntry] = []
+        ordered = self.type == "standard"
+        try:
+            while len(taken) < limit:
+                entry = self._take()
+                if entry is None:
+                    break
+                if select(entry):
+                    taken.append(entry)
+                else:
+                    kept.append(entry)
+                    if ordered and not entry.delivery_count:
+                        break
+        finally:
+            for entry in kept:
+                self._put_back(entry)
+        for entry in taken:
+            self._ready -= 1
+            self._ready_bytes -= len(entry.message.body)
+            self._hand_out(entry, False)
+        return taken
 
     def restore(self, message: Message, deliveries: int = 0) -> None:
         """Put back a message recovered from the journal, at the tail (nothing is journaled).

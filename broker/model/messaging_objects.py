@@ -333,6 +333,67 @@ class Queue(NamespaceObject):
             raise NotFound(f"no message {message_id} in {self.label}")
         return message_content(found[0].message, limit, return_json)
 
+    # -- lease consumers (Spark jobs): broker.messaging.leases, broker.model.lease_views -------
+
+    @operation(description="Grant up to 'max' messages from the head to lease consumer"
+                           " 'consumer' (attached if new), held under a lease every call renews;"
+                           " answered once journaled. max 0: renew only",
+               returns=dict,
+               consumer=attribute(str, mandatory=True, description="The consumer's name"),
+               session=attribute(str, default="", description="The calling process (a new one"
+                                                              " orphans the last one's messages)"),
+               max=attribute(int, default=1000, description="At most this many messages"),
+               lease_seconds=attribute(int, default=60, description="Lease length in seconds"))
+    def grant_messages(self, consumer: str, session: str, max: int, lease_seconds: int) -> dict[str, Any]:
+        from broker.model import lease_views
+
+        return lease_views.grant(self, consumer, session, max, lease_seconds)
+
+    @operation(description="Hold exactly these messages for lease consumer 'consumer' (a replayed"
+                           " batch): adopted from an earlier session or taken back from the queue",
+               returns=dict,
+               consumer=attribute(str, mandatory=True, description="The consumer's name"),
+               session=attribute(str, default="", description="The calling process"),
+               message_ids=attribute(list, mandatory=True, description="[first, last] id ranges"),
+               lease_seconds=attribute(int, default=60, description="Lease length in seconds"))
+    def claim_messages(self, consumer: str, session: str, message_ids: list[Any],
+                       lease_seconds: int) -> dict[str, Any]:
+        from broker.model import lease_views
+
+        return lease_views.claim(self, consumer, session, message_ids, lease_seconds)
+
+    @operation(description="Acknowledge messages granted to lease consumer 'consumer'"
+                           " (idempotent); answered once journaled",
+               returns=dict,
+               consumer=attribute(str, mandatory=True, description="The consumer's name"),
+               session=attribute(str, default="", description="The calling process"),
+               message_ids=attribute(list, mandatory=True, description="[first, last] id ranges"),
+               lease_seconds=attribute(int, default=60, description="Lease length in seconds"))
+    def settle_messages(self, consumer: str, session: str, message_ids: list[Any],
+                        lease_seconds: int) -> dict[str, Any]:
+        from broker.model import lease_views
+
+        return lease_views.settle(self, consumer, session, message_ids, lease_seconds)
+
+    @operation(description="Return messages lease consumer 'consumer' holds to the queue"
+                           " (all of them, detaching it, when no ids are given)",
+               returns=dict,
+               consumer=attribute(str, mandatory=True, description="The consumer's name"),
+               message_ids=attribute(list, description="[first, last] id ranges (default: all)"))
+    def release_messages(self, consumer: str, message_ids: list[Any] | None) -> dict[str, Any]:
+        from broker.model import lease_views
+
+        return lease_views.release(self, consumer, message_ids)
+
+    @operation(description="Where the queue's messages are journaled (a path or URI; null when"
+                           " its virtual host keeps no journal)",
+               changes=False, returns=dict)
+    def get_journal_location(self) -> dict[str, Any]:
+        from broker.model import lease_views
+
+        return {"journal": lease_views.journal_location(self),
+                "durable": bool(getattr(self.live, "durable", False))}
+
     @operation(description="Move ready messages to another queue, atomically (one journal"
                            " commit); the ids moved",
                returns=list,

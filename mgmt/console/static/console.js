@@ -563,12 +563,20 @@
     renderRows($("consumers-table").tBodies[0], consumers, (c) => c.name, (c) => signed(
       element("tr", { "data-testid": "consumer-row", "data-consumer": c.name },
         element("td", {}, element("code", { text: c.name })),
-        cell(c.connection || "–", { field: "connection" }),
-        cell(c.session || "–", { numeric: true, field: "channel" }),
+        cell(leaseText(c) || c.connection || "–", { field: "connection" }),
+        cell(c.session || "–", { numeric: !c.leaseExpires, field: "channel" }),
         cell(c.noAck ? "automatic" : "manual", { field: "ack" }),
         cell(yesNo(c.exclusive), { field: "exclusive" }),
         cell(typeof c.createdTime === "number" ? when(c.createdTime) : "–"))));
     $("consumers-empty").hidden = consumers.length > 0;
+  }
+
+  // A lease consumer (a Spark job, docs/spark-consumer.md) has no connection: it shows what
+  // it holds and until when its lease runs
+  function leaseText(c) {
+    if (typeof c.leaseExpires !== "number") return "";
+    const held = c.statistics && typeof c.statistics.heldMessages === "number" ? c.statistics.heldMessages : 0;
+    return `Spark job (lease): ${count(held)} held, lease until ${when(c.leaseExpires)}`;
   }
 
   async function loadMessages() {

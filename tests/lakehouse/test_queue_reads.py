@@ -1,0 +1,130 @@
+"""What Spark's executors run: reading a queue's messages from the journal by message id (no JVM)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.messaging.message import Message, MessageProperties
+from broker.messaging.namespace import Namespace
+from broker.protocol.amqp0_9_1.properties import FORMAT, encode_properties
+from lakehouse.journal import DeltaMessageJournal
+from broker.messaging.leases import id_ranges
+from lakehouse.lease_client import expand
+from lakehouse.queue_reads import MESSAGE_COLUMNS, MissingMessages, live_messages, read_messages, slices
+from lakehouse.spark_source import QueueOptions
+
+
+def persistent(body: bytes, **props: Any) -> Message:
+    properties = MessageProperties(delivery_mode=2, **props)
+    return Message(exchange="ex", routing_key="rk", body=body, properties=properties,
+                   native=encode_properties(properties), format=FORMAT, arrival=time.monotonic())
+
+
+def journal_of_commits(path: Path, commits: int, per_commit: int) -> Namespace:
+    """A journal of ``commits`` group commits (one data file each) of ``per_commit`` messages to 'q'."""
+    records: list[dict[str, Any]] = []
+    ns = Namespace("v")
+    for n in range(commits):
+        ns = Namespace("v")
+        journal = DeltaMessageJournal(path, "v")
+        journal.open()
+        ns.journal = journal
+        if records:
+            ns.restore(records)
+        journal.recover(ns)
+        queue = ns.declare_queue("q", durable=True)[0]
+        for i in range(per_commit):
+            queue.enqueue(persistent(b"m%d" % (n * per_commit + i), headers={"i": n * per_commit + i},
+                                     content_type="text/plain"))
+        records = ns.records()
+        journal.close()                          # no event loop: one in-process commit
+    return ns
+
+
+def data_files(path: Path) -> list[Path]:
+    return sorted(path.glob("*.parquet"))
+
+
+def test_messages_are_read_by_id_with_their_columns(tmp_path: Path) -> None:
+    path = tmp_path / "journal"
+    journal_of_commits(path, 1, 5)
+    table = read_messages(str(path), "q", [2, 4], {4: 3})
+    assert table.column_names == list(MESSAGE_COLUMNS)
+    rows = table.to_pylist()
+    assert [(r["message_id"], r["body"], r["delivery_count"], r["redelivered"]) for r in rows] == \
+        [(2, b"m1", 0, False), (4, b"m3", 3, True)]
+    assert rows[0]["exchange"] == "ex" and rows[0]["routing_key"] == "rk" and rows[0]["queue"] == "q"
+    assert json.loads(rows[0]["headers"]) == {"i": 1}
+    assert dict(rows[0]["properties"])["content_type"] == "text/plain"
+    assert rows[0]["message_format"] == "amqp-0-9-1" and rows[0]["published_at"] is not None
+
+
+def test_a_slice_of_ids_opens_only_the_files_whose_id_bounds_overlap_it(tmp_path: Path) -> None:
+    path = tmp_path / "journal"
+    journal_of_commits(path, 4, 10)              # ids 1-10, 11-20, 21-30, 31-40: a file each
+    files = data_files(path)
+    assert len(files) == 4
+    oldest = min(files, key=lambda f: f.stat().st_mtime_ns)
+    oldest.unlink()                               # ids 1-10: reading it now would fail
+    table = read_messages(str(path), "q", list(range(21, 31)), {})
+    assert table.column("body").to_pylist() == [b"m%d" % i for i in range(20, 30)]
+    with pytest.raises(Exception):
+        read_messages(str(path), "q", [3], {})
+
+
+def test_ids_without_a_body_are_named(tmp_path: Path) -> None:
+    path = tmp_path / "journal"
+    journal_of_commits(path, 1, 3)
+    with pytest.raises(MissingMessages, match=r"1 message\(s\) of queue 'q' \(7\)"):
+        read_messages(str(path), "q", [2, 7], {})
+
+
+def test_live_messages_are_the_unsettled_ones_with_their_deliveries(tmp_path: Path) -> None:
+    path = tmp_path / "journal"
+    ns = journal_of_commits(path, 1, 4)
+    journal = DeltaMessageJournal(path, "v")
+    journal.open()
+    fresh = Namespace("v")
+    fresh.journal = journal
+    fresh.restore(ns.records())
+    journal.recover(fresh)
+    queue = fresh.queues["q"]
+    first = queue.get()
+    assert first is not None
+    queue.settle(first)                           # 1 acked
+    second = queue.get()
+    assert second is not None
+    queue.release(second)                         # 2 delivered once, back in the queue
+    journal.close()
+    assert live_messages(str(path), "q") == ([2, 3, 4], {2: 1})
+    assert live_messages(str(path), "other") == ([], {})
+
+
+def test_slices_and_ranges() -> None:
+    ids = list(range(1, 5001))
+    parts = slices(ids, 4)
+    assert len(parts) == 4 and sum(parts, []) == ids
+    assert slices(list(range(10)), 4) == [list(range(10))]   # under 1,000 ids: one task
+    assert slices([], 4) == []
+    assert id_ranges([1, 2, 3, 7, 9, 10]) == [[1, 3], [7, 7], [9, 10]]
+    assert expand([[1, 3], [7, 7]]) == [1, 2, 3, 7]
+
+
+def test_options_say_what_to_fix() -> None:
+    with pytest.raises(ValueError, match="option 'queue' is required"):
+        QueueOptions.parse({})
+    with pytest.raises(ValueError, match="option 'maxMessagesPerBatch' must be an integer"):
+        QueueOptions.parse({"queue": "q", "maxMessagesPerBatch": "many"})
+    with pytest.raises(ValueError, match="option 'leaseSeconds' must be at least 1"):
+        QueueOptions.parse({"queue": "q", "leaseSeconds": "0"})
+    options = QueueOptions.parse({"queue": "orders", "vhost": "shop"})
+    assert (options.node, options.consumer, options.max_messages, options.lease_seconds) == \
+        ("shop", "spark-orders", 10_000, 60)
+    assert options.client("s").queue_url == "http://127.0.0.1:8080/api/latest/queue/shop/shop/orders"
+    with pytest.raises(ValueError, match="give the option 'path'"):
+        options.journal(None)
