@@ -31,8 +31,9 @@ from lakehouse.delta_jars import Progress, cache_dir, cached_jars, fetch_artifac
 
 #: URI schemes of object-store locations Spark reads through S3A
 SCHEMES = ("s3", "s3a")
-#: the AWS SDK v2 release hadoop-aws 3.4.x was built and tested with
-AWS_SDK_VERSION = "2.24.6"
+#: the AWS SDK v2 release of those modules: hadoop-aws 3.4.1 was built with 2.24.6, whose
+#: s3-transfer-manager was never published; 2.25.0 is the next release that has them all
+AWS_SDK_VERSION = "2.25.0"
 #: the SDK modules S3A uses (its ``bundle`` holds them and 300 more: excluded)
 AWS_SDK_MODULES = ("s3", "s3-transfer-manager", "sts")
 
