@@ -255,12 +255,18 @@ def test_consumer_lag_shows_backlog_and_journaled_deliveries(executed: tuple[dic
     assert _line(text, ORDERS, " settled (").startswith("20 settled (20 with a journaled delivery); wait p50 ")
 
 
-def test_a_consumer_the_journal_cannot_name_is_a_clear_error(executed: tuple[dict[str, Any], SharedKernel]) -> None:
+def test_consumer_and_queue_filters(executed: tuple[dict[str, Any], SharedKernel]) -> None:
+    """QUEUE narrows every figure to one queue; a CONSUMER that acknowledged nothing is a clear error."""
     kernel = executed[1]
     nb = nbformat.read(str(NOTEBOOKS / "consumer_lag.ipynb"), as_version=4)
     parameters = next(cell for cell in nb.cells if "parameters" in cell.metadata.get("tags", ()))
-    parameters.source += '\nCONSUMER = "spark-drain"\nCONSUMER_COLUMN = "no_such_column"'
+    source = parameters.source
+    parameters.source = source + f'\nQUEUE = "{DLQ}"'
+    text = _texts(kernel.run(nb))
+    assert f"queue {DLQ}, consumer any: 8 messages" in text
+    assert _line(text, DLQ, "backlog").startswith("backlog at the end 7, ")
+    assert not [line for line in text.splitlines() if f"/{ORDERS}: " in line]
+    parameters.source = source + '\nCONSUMER = "spark-drain"'
     with pytest.raises(nbclient.exceptions.CellExecutionError,
-                       match="this journal does not record which consumer got a message"
-                             r" \(no column 'no_such_column'\)"):
+                       match="no message of queue any acknowledged by consumer spark-drain in the journal"):
         kernel.run(nb)
