@@ -101,14 +101,18 @@ def write_stderr(line: str) -> None:
 
 def delta_jars(progress: Progress = write_stderr) -> list[Path]:
     """The jars a Spark session needs for Delta beyond pyspark's: fetched unless already present."""
-    manifest = manifest_path()
+    return cached_jars(manifest_path(), lambda: fetch(progress))
+
+
+def cached_jars(manifest: Path, fetcher: Callable[[], list[Path]]) -> list[Path]:
+    """The jars listed in ``manifest`` while they all exist; else ``fetcher()``'s, then listed there."""
     try:
         jars = [Path(line) for line in manifest.read_text().splitlines() if line.strip()]
     except OSError:
         jars = []
     if jars and all(jar.is_file() for jar in jars):
         return jars
-    jars = fetch(progress)
+    jars = fetcher()
     manifest.parent.mkdir(parents=True, exist_ok=True)
     temp = manifest.with_suffix(f".{os.getpid()}.tmp")
     temp.write_text("".join(f"{jar}\n" for jar in jars))
@@ -121,20 +125,27 @@ class FetchFailed(RuntimeError):
 
 
 def fetch(progress: Progress = write_stderr) -> list[Path]:
-    """Resolve and download the jars with Maven; report each jar fetched through ``progress``."""
+    """Resolve and download Delta's jars with Maven; report each jar fetched through ``progress``."""
     artifact = delta_artifact()
-    mvn = require_maven(f"once, to fetch Delta Lake's jars for Spark ({artifact})")
+    return fetch_artifacts([artifact], f"Delta Lake's jars for Spark ({artifact})", progress)
+
+
+def fetch_artifacts(artifacts: list[str], what: str, progress: Progress = write_stderr,
+                    excluded: Iterable[str] = ()) -> list[Path]:
+    """Resolve and download ``artifacts`` and what they need beyond pyspark's jars (and ``excluded``)."""
+    artifact = ", ".join(artifacts)
+    mvn = require_maven(f"once, to fetch {what}")
     repository = maven_repository()
     log_path = cache_dir() / "maven.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    progress(f"fetching {artifact} and the jars it needs beyond pyspark's with Maven, once,"
-             f" into {repository} (Maven's output: {log_path})")
+    progress(f"fetching {artifact} and the jars {'they need' if len(artifacts) > 1 else 'it needs'}"
+             f" beyond pyspark's with Maven, once, into {repository} (Maven's output: {log_path})")
     # Maven reads ~/.m2/settings.xml from the JVM's user.home (the account's home,
     # not $HOME): make it the same home this process uses
     env = dict(os.environ, MAVEN_OPTS=f"{os.environ.get('MAVEN_OPTS', '')} -Duser.home={Path.home()}".strip())
     with tempfile.TemporaryDirectory(prefix="deltamq-delta-jars-") as work:
         pom, classpath = Path(work) / "pom.xml", Path(work) / "classpath.txt"
-        pom.write_text(delta_pom(artifact, bundled_artifact_ids(spark_jars_dir())))
+        pom.write_text(delta_pom(artifacts, bundled_artifact_ids(spark_jars_dir()) | set(excluded)))
         command = [str(mvn), "-B", "-Dstyle.color=never", f"-Dmaven.repo.local={repository}",
                    "-f", str(pom), f"{DEPENDENCY_PLUGIN}:build-classpath", f"-Dmdep.outputFile={classpath}"]
         transfers = MavenTransfers(repository, progress)
@@ -155,20 +166,23 @@ def fetch(progress: Progress = write_stderr) -> list[Path]:
     return jars
 
 
-def delta_pom(artifact: str, excluded: Iterable[str]) -> str:
-    """A POM depending on ``artifact`` without any of the ``excluded`` artifact ids (any group)."""
-    group, name, ver = artifact.split(":")
+def delta_pom(artifacts: str | Iterable[str], excluded: Iterable[str]) -> str:
+    """A POM depending on ``artifacts`` without any of the ``excluded`` artifact ids (any group)."""
     exclusions = "".join(f"<exclusion><groupId>*</groupId><artifactId>{_xml(a)}</artifactId></exclusion>"
                          for a in sorted(excluded))
+    dependencies = []
+    for artifact in [artifacts] if isinstance(artifacts, str) else artifacts:
+        group, name, ver = artifact.split(":")
+        dependencies.append(f"""
+    <dependency>
+      <groupId>{_xml(group)}</groupId><artifactId>{_xml(name)}</artifactId><version>{_xml(ver)}</version>
+      <exclusions>{exclusions}</exclusions>
+    </dependency>""")
     return f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>io.deltamq</groupId><artifactId>{_PROJECT}</artifactId><version>1</version>
   <packaging>pom</packaging>
-  <dependencies>
-    <dependency>
-      <groupId>{_xml(group)}</groupId><artifactId>{_xml(name)}</artifactId><version>{_xml(ver)}</version>
-      <exclusions>{exclusions}</exclusions>
-    </dependency>
+  <dependencies>{"".join(dependencies)}
   </dependencies>
 </project>
 """

@@ -27,6 +27,12 @@ A group of views is only created when at least one node has its table; views
 of a group no node has are dropped, so a session re-pointed at another data
 directory never shows the old one's rows.
 
+The data directory may be an object-store location, ``s3://bucket/prefix``,
+the parent of the nodes' ``storePath``: the session then reads through
+Hadoop's S3A with the broker's ``AWS_*`` variables
+(:mod:`lakehouse.spark_object_store`).  ``DELTAMQ_SPARK_MASTER`` names a
+cluster's master for the sessions built here (default ``local[2]``).
+
 ``stream_journal`` is a Structured Streaming source over one node's journal.
 
 Sessions built here list local Delta logs with
@@ -54,6 +60,7 @@ from typing import TYPE_CHECKING
 
 from lakehouse.delta_jars import Progress, cache_dir, delta_jars, spark_jars_dir, write_stderr
 from lakehouse.journal_schema import JOURNAL_SCHEMA
+from lakehouse.spark_object_store import is_object_store, object_store_jars, object_store_tables, s3a_settings
 
 if TYPE_CHECKING:
     from pyspark import SparkConf
@@ -118,7 +125,10 @@ def spark_session(data_dir: str | Path | None = None, *, app_name: str = "deltam
     # interpreter (its packages: pyarrow, deltalake, lakehouse), not whatever 'python3' is
     # first on PATH; the JVM started below inherits the setting
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    conf = SparkConf(loadDefaults=False).setAll(session_settings(app_name, delta_jars(progress)))
+    remote = is_object_store(data_dir)     # an s3:// location: S3A and its jars too
+    jars = delta_jars(progress) + (object_store_jars(progress) if remote else [])
+    settings = session_settings(app_name, jars) + (s3a_settings() if remote else [])
+    conf = SparkConf(loadDefaults=False).setAll(settings)
     if jvm_log is not None and SparkContext._active_spark_context is None:
         _start_spark_context(conf, jvm_log)
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
@@ -127,7 +137,7 @@ def spark_session(data_dir: str | Path | None = None, *, app_name: str = "deltam
 
     spark.dataSource.register(DeltaMQDataSource)    # format("deltamq"): queues as sources and sinks
     if data_dir is not None:
-        register_views(spark, Path(data_dir))
+        register_views(spark, data_dir if remote else Path(data_dir))
     return spark
 
 
@@ -145,7 +155,8 @@ def _start_spark_context(conf: SparkConf, jvm_log: Path) -> None:
 
 def session_settings(app_name: str, jars: list[Path]) -> list[tuple[str, str]]:
     """The Spark settings of the sessions built here, given the Delta jars to add."""
-    settings = [("spark.app.name", app_name), ("spark.master", "local[2]")]
+    # DELTAMQ_SPARK_MASTER: a cluster's master URL (docker-compose.yml's spark://spark-master:7077)
+    settings = [("spark.app.name", app_name), ("spark.master", os.environ.get("DELTAMQ_SPARK_MASTER") or "local[2]")]
     jar = log_store_jar(jars)
     if jar is not None:
         jars = [*jars, jar]
@@ -180,11 +191,14 @@ def session_settings(app_name: str, jars: list[Path]) -> list[tuple[str, str]]:
     ]
 
 
-def _tables(data_dir: Path, table: str) -> list[tuple[str, Path]]:
-    """(node name, table path) for every node directory holding ``table``."""
+def _tables(data_dir: Path | str, table: str) -> list[tuple[str, str]]:
+    """(node name, table location) for every node directory (or object-store prefix) holding ``table``."""
+    if is_object_store(data_dir):
+        return object_store_tables(str(data_dir), table)
+    data_dir = Path(data_dir)
     if not data_dir.is_dir():
         return []
-    return sorted((node.name, node / table) for node in data_dir.iterdir()
+    return sorted((node.name, str((node / table).resolve())) for node in data_dir.iterdir()
                   if (node / table / "_delta_log").is_dir())
 
 
@@ -193,13 +207,12 @@ def _tables(data_dir: Path, table: str) -> list[tuple[str, Path]]:
 _JOURNAL_SCHEMA_2_COLUMNS = {"message_format": "STRING", "native": "BINARY"}
 
 
-def _journal_union(spark: SparkSession, data_dir: Path) -> str | None:
+def _journal_union(spark: SparkSession, data_dir: Path | str) -> str | None:
     """The journal tables of every node, each padded to the newest schema."""
     parts = []
-    for node, path in _tables(data_dir, "journal"):
-        if "'" in node or "`" in str(path):
+    for node, location in _tables(data_dir, "journal"):
+        if "'" in node or "`" in location:
             continue
-        location = path.resolve()
         present = set(spark.read.format("delta").load(str(location)).columns)
         columns = ", ".join(name if name in present or name not in _JOURNAL_SCHEMA_2_COLUMNS
                             else f"CAST(NULL AS {_JOURNAL_SCHEMA_2_COLUMNS[name]}) AS {name}"
@@ -208,9 +221,9 @@ def _journal_union(spark: SparkSession, data_dir: Path) -> str | None:
     return " UNION ALL ".join(parts) if parts else None
 
 
-def _union(spark: SparkSession, data_dir: Path, table: str) -> str | None:
-    parts = [f"SELECT '{node}' AS node, * FROM delta.`{path.resolve()}`"
-             for node, path in _tables(data_dir, table) if "'" not in node and "`" not in str(path)]
+def _union(spark: SparkSession, data_dir: Path | str, table: str) -> str | None:
+    parts = [f"SELECT '{node}' AS node, * FROM delta.`{location}`"
+             for node, location in _tables(data_dir, table) if "'" not in node and "`" not in location]
     return " UNION ALL ".join(parts) if parts else None
 
 
@@ -278,8 +291,12 @@ JOURNAL_VIEWS = ("journal", *_MESSAGE_VIEWS)
 ALL_VIEWS = ("config_history", "configuration", "link_termini", *JOURNAL_VIEWS)
 
 
-def register_views(spark: SparkSession, data_dir: Path) -> list[str]:
-    """Create the broker's temporary views over ``data_dir``; return their names."""
+def register_views(spark: SparkSession, data_dir: Path | str) -> list[str]:
+    """Create the broker's temporary views over ``data_dir``; return their names.
+
+    ``data_dir`` is a local directory, or an ``s3://bucket/prefix`` location (the
+    nodes' ``storePath`` parent; :mod:`lakehouse.spark_object_store`).
+    """
     created = []
     history = _union(spark, data_dir, "config")
     if history is not None:

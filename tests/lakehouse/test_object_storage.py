@@ -255,3 +255,94 @@ def test_message_journal_on_s3(s3: Any) -> None:
     assert bodies == [b"m1", b"m2"]
     again.close()
     assert keys(s3, "journal-node/journal/_delta_log/")
+
+
+# -- what docker-compose.yml's stack relies on: the broker's node in the bucket, Spark reading it --
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE_QUEUE = "compose.orders"
+
+
+@pytest.fixture(scope="module")
+def compose_broker(s3: Any) -> Iterator[dict[str, Any]]:
+    """``deltamq serve --config conf/docker-compose.json`` journaled pika's traffic into the bucket, then stopped.
+
+    Started as a user starts it (tests/integration/conftest.py), with the
+    stack's configuration file; ``DELTAMQ_BUCKET`` and the ``AWS_*`` variables
+    point it at the S3 server, as docker-compose.yml points it at MinIO.
+    """
+    import signal
+
+    import pika
+
+    from tests.integration.conftest import DeltaMQProcess
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DELTAMQ_BUCKET", BUCKET)
+        broker = DeltaMQProcess()
+        broker.command += ["--config", str(REPO / "conf" / "docker-compose.json")]
+        broker.start()
+    try:
+        params = pika.ConnectionParameters("127.0.0.1", broker.amqp_port, "/",
+                                           pika.PlainCredentials("guest", "guest"), socket_timeout=10)
+        with pika.BlockingConnection(params) as conn:
+            ch = conn.channel()
+            ch.confirm_delivery()
+            ch.queue_declare(COMPOSE_QUEUE, durable=True)
+            for i in range(5):
+                ch.basic_publish("", COMPOSE_QUEUE, b"order %d" % i, pika.BasicProperties(delivery_mode=2))
+            for _ in range(2):
+                method, _props, _body = ch.basic_get(COMPOSE_QUEUE)
+                assert method is not None
+                ch.basic_ack(method.delivery_tag)
+        local = sorted(path.name for path in (broker.dir / "data").iterdir())
+        assert broker.proc is not None
+        broker.proc.send_signal(signal.SIGTERM)
+        assert broker.proc.wait(60) == 0, broker.log_tail()
+        yield {"location": f"s3://{BUCKET}/nodes", "local": local, "log": broker.log_tail()}
+    finally:
+        broker.stop()
+
+
+def test_the_compose_broker_keeps_its_node_in_the_bucket(s3: Any, compose_broker: dict[str, Any]) -> None:
+    for table in ("config", "journal"):
+        assert keys(s3, f"nodes/default/{table}/_delta_log/"), f"no {table} table in the bucket"
+    # locally only the password file and the broker's own configuration store
+    assert "default" not in compose_broker["local"], compose_broker["local"]
+    assert "broker" in compose_broker["local"]
+
+
+def test_object_store_locations_and_s3a_settings() -> None:
+    from lakehouse.spark_object_store import is_object_store, object_store_artifacts, s3a_settings
+
+    assert is_object_store("s3://bucket/nodes") and is_object_store("s3a://bucket")
+    assert not any(is_object_store(x) for x in ("data", "/data/s3:", Path("s3://x"), None, "file:///data"))
+    settings = dict(s3a_settings({"AWS_ENDPOINT_URL": "http://minio:9000", "AWS_REGION": "us-east-1",
+                                  "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}))
+    assert settings["spark.hadoop.fs.s3.impl"] == settings["spark.hadoop.fs.s3a.impl"] \
+        == "org.apache.hadoop.fs.s3a.S3AFileSystem"
+    assert settings["spark.hadoop.fs.s3a.endpoint"] == "http://minio:9000"
+    assert settings["spark.hadoop.fs.s3a.path.style.access"] == "true"
+    assert settings["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
+    assert (settings["spark.hadoop.fs.s3a.access.key"], settings["spark.hadoop.fs.s3a.secret.key"]) == ("k", "s")
+    # AWS itself: no endpoint, no path-style requests; credentials from the SDK's chain
+    assert dict(s3a_settings({})).keys() == {"spark.hadoop.fs.s3.impl", "spark.hadoop.fs.s3a.impl"}
+    assert object_store_artifacts("3.4.1")[0] == "org.apache.hadoop:hadoop-aws:3.4.1"
+
+
+@pytest.mark.timeout(900)
+def test_spark_views_read_the_nodes_in_the_bucket(compose_broker: dict[str, Any]) -> None:
+    """The views the notebooks and Spark Connect read, over ``s3://bucket/nodes`` (S3A, pyarrow's listing)."""
+    from lakehouse.spark import spark_session
+
+    spark = spark_session(compose_broker["location"], app_name="deltamq-object-store-test")
+    try:
+        rows = spark.sql(f"""
+            SELECT node, CAST(body AS STRING) AS body, outcome FROM queue_history
+            WHERE queue = '{COMPOSE_QUEUE}' ORDER BY message_id""").collect()
+        assert [tuple(r) for r in rows] == [("default", f"order {i}", "acked" if i < 2 else None) for i in range(5)]
+        queues = spark.sql("""SELECT get_json_object(attributes, '$.name') FROM configuration
+                              WHERE node = 'default' AND category = 'Queue'""").collect()
+        assert [r[0] for r in queues] == [COMPOSE_QUEUE]
+    finally:
+        spark.stop()
