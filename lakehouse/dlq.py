@@ -56,7 +56,7 @@ from lakehouse.journal_schema import ENQUEUE, FORMAT_SQL, NATIVE_SQL
 from lakehouse.spark import stream_journal
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, Row, SparkSession
+    from pyspark.sql import Column, DataFrame, Row, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 __all__ = ["DeadLetterJob", "CURATED_SCHEMA", "RunSummary", "STATES"]
@@ -317,6 +317,7 @@ class DeadLetterJob:
             for row in due:
                 outcomes[row.republish_id] = self._republish(row)
         finally:
+            self.close()                      # not kept open between passes: no idle connection to lose
             if outcomes:
                 self._update(outcomes)
         republished = sum(1 for o in outcomes.values() if o["state"] == REPUBLISHED)
@@ -349,7 +350,7 @@ class DeadLetterJob:
         source = self.spark.createDataFrame(
             records, "republish_id STRING, state STRING, note STRING, publishing_at TIMESTAMP,"
                      " republished_at TIMESTAMP, sets ARRAY<STRING>")
-        assignments = {c: f"CASE WHEN array_contains(s.sets, '{c}') THEN s.{c} ELSE t.{c} END"
+        assignments: dict[str, str | Column] = {c: f"CASE WHEN array_contains(s.sets, '{c}') THEN s.{c} ELSE t.{c} END"
                        for c in columns}
         (DeltaTable.forPath(self.spark, self.table_path).alias("t")
          .merge(source.alias("s"), "t.republish_id = s.republish_id")

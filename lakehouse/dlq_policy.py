@@ -230,8 +230,8 @@ def _action(value: Any, where: str) -> str:
 
 
 def _number(value: Any, where: str, *, minimum: float, integer: bool = False) -> Any:
-    kinds: tuple[type, ...] = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value < minimum:
+    numeric = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not numeric or not math.isfinite(value) or value < minimum:
         kind = "an integer" if integer else "a number"
         raise PolicyError(f"{where} must be {kind} >= {minimum:g} (got {value!r})")
     return value
