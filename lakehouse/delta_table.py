@@ -40,7 +40,9 @@ This module is the only one that imports ``deltalake`` (a test walks the
 sources to keep it so): maintenance and retention reach delta-rs through
 :class:`AppendOnlyTable` (:meth:`~AppendOnlyTable.compact_remote`,
 :meth:`~AppendOnlyTable.vacuum_remote`, :meth:`~AppendOnlyTable.cleanup_log`,
-:meth:`~AppendOnlyTable.remote_files`) and :func:`table_files`.
+:meth:`~AppendOnlyTable.remote_files`) and :func:`table_files`; the journal's
+snapshots (:mod:`lakehouse.snapshot`) through :func:`query_table` (any table, any
+version), :func:`table_identity` and :func:`table_filesystem`.
 
 Object storage
 --------------
@@ -81,6 +83,7 @@ from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from deltalake.exceptions import TableNotFoundError
@@ -624,3 +627,40 @@ def add_missing_columns(table: AppendOnlyTable) -> list[str]:
     handle.alter.add_columns([DeltaField.from_arrow(field) for field in missing])
     table.open()                                # re-read the version the commit made
     return [field.name for field in missing]
+
+
+# -- reading any Delta table: what the journal's snapshots need ---------------------------------
+
+
+def query_table(location: Location, sql: str, *, version: int | None = None,
+                storage_options: dict[str, str] | None = None) -> pa.Table:
+    """Run ``sql`` over the Delta table at ``location`` (named ``t``), as of ``version`` (None: latest).
+
+    A table that does not exist raises FileNotFoundError.
+    """
+    try:
+        handle = DeltaTable(str(location), version=version, storage_options=storage_options)
+    except TableNotFoundError as exc:
+        raise FileNotFoundError(f"no Delta table at {location}") from exc
+    return pa.table(QueryBuilder().register("t", handle).execute(sql).read_all())
+
+
+def table_identity(location: Location, storage_options: dict[str, str] | None = None) -> tuple[int, str]:
+    """The latest version of the Delta table at ``location`` and its id (``metaData.id``, set at creation)."""
+    try:
+        handle = DeltaTable(str(location), storage_options=storage_options)
+    except TableNotFoundError as exc:
+        raise FileNotFoundError(f"no Delta table at {location}") from exc
+    return int(handle.version()), str(handle.metadata().id)
+
+
+def table_filesystem(location: Location, storage_options: dict[str, str] | None = None) -> pafs.FileSystem:
+    """A pyarrow file system rooted at the table: its ``_delta_log`` and data files by relative path.
+
+    Object storage is reached through delta-rs's object store (its options, credentials, endpoint).
+    """
+    if is_uri(location):
+        from deltalake.fs import DeltaStorageHandler
+
+        return pafs.PyFileSystem(DeltaStorageHandler(str(location).rstrip("/"), storage_options))
+    return pafs.SubTreeFileSystem(str(local_path(location).resolve()), pafs.LocalFileSystem())
