@@ -80,7 +80,7 @@ from .journal_writer import LIVE_CTES
 from .log_state import appended_files, read_commits
 
 __all__ = ["SNAPSHOT_TABLE", "SNAPSHOT_SCHEMA", "SNAPSHOT_SCHEMA_VERSION", "LIVE_SCHEMA", "LIVE_MESSAGES_SQL",
-           "DELETIONS_SQL", "HIGHEST_SQL", "LOWEST_LIVE_SQL", "HEADER", "MESSAGE", "DELETION", "SnapshotHeader",
+           "DELETIONS_SQL", "BOUNDS_SQL", "HEADER", "MESSAGE", "DELETION", "SnapshotHeader",
            "SnapshotRecovery", "UnusableSnapshot", "snapshot_location", "snapshot_headers", "recover_live",
            "apply_tail", "read_tail"]
 
@@ -144,12 +144,12 @@ LEFT JOIN delivered v ON v.queue = l.queue AND v.message_id = l.message_id"""
 #: per deleted queue, the highest message id its deletions took (``str.format`` with ``watermark``)
 DELETIONS_SQL: Final = LIVE_CTES + "\nSELECT queue, upto AS message_id FROM deleted"
 
-#: the lowest live message id (``str.format`` with ``watermark``): every message below it has
-#: ended, so it is a watermark of its own (the job then reads only the files at or above it)
-LOWEST_LIVE_SQL: Final = LIVE_CTES + "\nSELECT MIN(message_id) AS message_id FROM live"
-
-#: the highest message and transaction ids of the journal ``t``
-HIGHEST_SQL: Final = "SELECT MAX(message_id) AS message_id, MAX(tx_id) AS tx_id FROM t"
+#: the lowest live message id (``lowest_live``: every message below it has ended, so it is a
+#: watermark of its own), and the highest message and transaction ids of the journal ``t``
+#: (``str.format`` with ``watermark``)
+BOUNDS_SQL: Final = LIVE_CTES + """
+SELECT (SELECT MIN(message_id) FROM live) AS lowest_live, (SELECT MAX(message_id) FROM t) AS message_id,
+       (SELECT MAX(tx_id) FROM t) AS tx_id"""
 
 #: the journal columns the tail is read with
 _TAIL_COLUMNS = ("event", "queue", "message_id", "delivery_count", "exchange", "routing_key", "published_at",

@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from .delta_table import Location, child_location, is_uri, local_path, table_identity
+from .delta_table import Location, child_location, is_uri, local_path, query_table, table_identity
 from .journal_schema import JOURNAL_SCHEMA
 from .journal_writer import read_watermark
-from .snapshot import (DELETION, DELETIONS_SQL, HEADER, HIGHEST_SQL, LIVE_MESSAGES_SQL, LOWEST_LIVE_SQL, MESSAGE,
+from .snapshot import (BOUNDS_SQL, DELETION, DELETIONS_SQL, HEADER, LIVE_MESSAGES_SQL, MESSAGE,
                        SNAPSHOT_SCHEMA, SNAPSHOT_SCHEMA_VERSION, snapshot_headers, snapshot_location)
 
 if TYPE_CHECKING:
@@ -169,22 +169,20 @@ def write_snapshot(spark: SparkSession, store: Location, *, keep: int = 2) -> Sn
         if field.name not in frame.columns:
             frame = frame.withColumn(field.name, _null(field.type))
     frame.createOrReplaceTempView(_JOURNAL_VIEW)
-    highest = spark.sql(HIGHEST_SQL).first()
     # every message below the watermark had ended; below the lowest live one too: the rows
     # with bodies are then read only from the files at or above it (their message_id stats)
     watermark = read_watermark(journal)
-    lowest = spark.sql(LOWEST_LIVE_SQL.format(watermark=watermark)).first()
-    if lowest is not None and lowest["message_id"] is not None:
-        watermark = max(watermark, int(lowest["message_id"]))
-    rows = _snapshot_rows(spark, version, watermark, journal_id,
-                          highest["message_id"] if highest else None, highest["tx_id"] if highest else None)
+    bounds = spark.sql(BOUNDS_SQL.format(watermark=watermark)).first()
+    assert bounds is not None                                # scalar subqueries: one row
+    if bounds["lowest_live"] is not None:
+        watermark = max(watermark, int(bounds["lowest_live"]))
+    rows = _snapshot_rows(spark, version, watermark, journal_id, bounds["message_id"], bounds["tx_id"])
     _create_table(spark, target)
     rows.write.format("delta").mode("append").save(spark_path(target))
     spark.catalog.dropTempView(_JOURNAL_VIEW)
-    counted = (spark.read.format("delta").load(spark_path(target))
-               .where(f"snapshot_version = {version} AND kind = '{MESSAGE}'")
-               .selectExpr("count(*) AS messages", "count(DISTINCT queue) AS queues").first())
-    assert counted is not None                              # an aggregate has one row
+    counted = query_table(target, f"""
+        SELECT COUNT(*) AS messages, COUNT(DISTINCT queue) AS queues FROM t
+        WHERE snapshot_version = {version} AND kind = '{MESSAGE}'""").to_pylist()[0]
     return SnapshotWritten(version, int(counted["messages"]), int(counted["queues"]), True,
                            _keep(spark, target, keep), time.perf_counter() - started)
 

@@ -23,8 +23,7 @@ from broker.messaging.namespace import Namespace
 from broker.protocol.amqp0_9_1.properties import FORMAT, encode_properties
 from lakehouse.delta_table import query_table, table_identity
 from lakehouse.journal import DeltaMessageJournal
-from lakehouse.snapshot import (DELETION, DELETIONS_SQL, HEADER, HIGHEST_SQL, LIVE_MESSAGES_SQL, LIVE_SCHEMA,
-                                LOWEST_LIVE_SQL,
+from lakehouse.snapshot import (BOUNDS_SQL, DELETION, DELETIONS_SQL, HEADER, LIVE_MESSAGES_SQL, LIVE_SCHEMA,
                                 MESSAGE, SNAPSHOT_SCHEMA, SNAPSHOT_SCHEMA_VERSION, snapshot_location)
 
 
@@ -109,11 +108,10 @@ def full_live(journal: DeltaMessageJournal) -> list[dict[str, Any]]:
 
 def snapshot_rows_with_datafusion(journal: Path | str, version: int) -> pa.Table:
     """The rows ``deltamq spark snapshot`` writes for the journal at ``version`` (no watermark file)."""
-    lowest = query_table(journal, LOWEST_LIVE_SQL.format(watermark=0), version=version).to_pylist()
-    watermark = (lowest[0]["message_id"] if lowest else None) or 0      # as the job does
+    highest = query_table(journal, BOUNDS_SQL.format(watermark=0), version=version).to_pylist()[0]
+    watermark = highest["lowest_live"] or 0                 # as the job does
     messages = query_table(journal, LIVE_MESSAGES_SQL.format(watermark=watermark), version=version)
     deletions = query_table(journal, DELETIONS_SQL.format(watermark=watermark), version=version)
-    highest = query_table(journal, HIGHEST_SQL, version=version).to_pylist()[0]
     _, journal_id = table_identity(journal)
     rows: list[dict[str, Any]] = []
     for row in messages.to_pylist():

@@ -16,7 +16,7 @@ from lakehouse.snapshot import recover_live, snapshot_headers, snapshot_location
 
 from .snapshot_support import build_varied_journal, commit, full_live, persistent, snapshot_rows_with_datafusion
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]   # Spark on a busy 2-core machine
 
 
 @pytest.fixture(scope="module")
