@@ -312,27 +312,30 @@ def apply_tail(live: pa.Table, deletions: pa.Table, tail: pa.Table) -> pa.Table:
     # the snapshot's entries the tail did not end, their deliveries raised
     kept = live.filter(_survivors(live, settled, tail_deleted))
     kept = kept.set_column(2, "deliveries", _raised(kept, delivered, kept.column("deliveries")))
-    # the tail's own entries, with their bodies (from the tail, or a message the snapshot holds)
+    # the tail's own entries, with their bodies: from the tail (the message's first enqueue is
+    # in the same commit), else from a message the snapshot holds; none: not recovered (a join)
     every_deletion = pa.concat_tables([deletions, tail_deleted])
     keys = enqueued.select(_KEYS).filter(_survivors(enqueued, settled, every_deletion))
     bodies = enqueued.filter(pc.is_valid(enqueued.column("body")))
-    sources = pa.concat_tables([
-        pa.table({"message_id": bodies.column("message_id"),
-                  "exchange": bodies.column("exchange"), "routing_key": bodies.column("routing_key"),
-                  "published_at": bodies.column("published_at"), "body": bodies.column("body"),
-                  "message_format": pc.coalesce(bodies.column("message_format"), pa.scalar("amqp-0-9-1")),
-                  "native": pc.coalesce(bodies.column("native"), bodies.column("properties_raw"))},
-                 schema=pa.schema([("message_id", pa.int64()), *(LIVE_SCHEMA.field(n) for n in _BODY_COLUMNS)])),
-        live.select(["message_id", *_BODY_COLUMNS]),
-    ])
-    where = pc.index_in(keys.column("message_id"), value_set=sources.column("message_id"))
-    found = pc.is_valid(where)
-    keys, where = keys.filter(found), where.filter(found)      # no body: not recovered (an inner join)
-    zero = pa.array([0] * keys.num_rows, pa.int64())
-    added = pa.table({"queue": keys.column("queue"), "message_id": keys.column("message_id"),
-                      "deliveries": _raised(keys, delivered, zero),
-                      **{name: sources.column(name).take(where) for name in _BODY_COLUMNS}},
-                     schema=LIVE_SCHEMA)
+    from_tail = pa.table({
+        "message_id": bodies.column("message_id"), "exchange": bodies.column("exchange"),
+        "routing_key": bodies.column("routing_key"), "published_at": bodies.column("published_at"),
+        "body": bodies.column("body"),
+        "message_format": pc.coalesce(bodies.column("message_format"), pa.scalar("amqp-0-9-1")),
+        "native": pc.coalesce(bodies.column("native"), bodies.column("properties_raw"))})
+    parts = []
+    for source in (from_tail, live):
+        if not keys.num_rows:
+            break
+        where = pc.index_in(keys.column("message_id"), value_set=source.column("message_id"))
+        found = pc.is_valid(where)
+        hit, where = keys.filter(found), where.filter(found)
+        parts.append(pa.table({"queue": hit.column("queue"), "message_id": hit.column("message_id"),
+                               "deliveries": _raised(hit, delivered, pa.array([0] * hit.num_rows, pa.int64())),
+                               **{name: source.column(name).combine_chunks().take(where)
+                                  for name in _BODY_COLUMNS}}, schema=LIVE_SCHEMA))
+        keys = keys.filter(pc.invert(found))
+    added = pa.concat_tables(parts) if parts else LIVE_SCHEMA.empty_table()
     added = added.sort_by([("message_id", "ascending"), ("queue", "ascending")])
     result = pa.concat_tables([kept, added])
     if kept.num_rows and added.num_rows and \
