@@ -40,8 +40,9 @@ This module is the only one that imports ``deltalake`` (a test walks the
 sources to keep it so): maintenance and retention reach delta-rs through
 :class:`AppendOnlyTable` (:meth:`~AppendOnlyTable.compact_remote`,
 :meth:`~AppendOnlyTable.vacuum_remote`, :meth:`~AppendOnlyTable.cleanup_log`,
-:meth:`~AppendOnlyTable.remote_files`) and :func:`table_files`; replay reads
-earlier versions of the journal through :class:`TableVersions` (time travel).
+:meth:`~AppendOnlyTable.remote_files`) and :func:`table_files`.  Reading a table as
+of any version (replay's time travel, the journal's snapshots) is
+:mod:`lakehouse.delta_versions`, the adapter's other half.
 
 Object storage
 --------------
@@ -84,7 +85,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
-from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.exceptions import TableNotFoundError
 from deltalake.schema import Field as DeltaField
 from deltalake.transaction import PostCommitHookProperties
 
@@ -625,65 +626,3 @@ def add_missing_columns(table: AppendOnlyTable) -> list[str]:
     handle.alter.add_columns([DeltaField.from_arrow(field) for field in missing])
     table.open()                                # re-read the version the commit made
     return [field.name for field in missing]
-
-
-
-# -- time travel (replay) ---------------------------------------------------------------------
-
-class VersionUnavailable(ValueError):
-    """A version delta-rs cannot load: not committed yet, or its log entries cleaned up."""
-
-
-class TableReadFailed(OSError):
-    """Reading the table failed (a file vacuumed away, the store unreachable, ...)."""
-
-
-class TableVersions:
-    """A Delta table as of chosen versions (time travel), queried with SQL (DataFusion).
-
-    Each name :meth:`pin` ned stands for the table at one version; the
-    handles are kept, so a reader paging through a range loads each
-    version's log once.  Blocking: for worker threads, never the event loop.
-    """
-
-    def __init__(self, location: Location, storage_options: dict[str, str] | None = None) -> None:
-        self.remote = is_uri(location)
-        self.uri = str(location).rstrip("/") if self.remote else str(local_path(location))
-        self.storage_options = dict(storage_options) if storage_options else None
-        self._pinned: dict[str, DeltaTable] = {}
-
-    def _load(self, version: int | None) -> DeltaTable:
-        return DeltaTable(self.uri, version=version, storage_options=self.storage_options)
-
-    def latest_version(self) -> int:
-        try:
-            return int(self._load(None).version())
-        except DeltaError as exc:
-            raise TableReadFailed(f"{self.uri}: {exc}") from None
-
-    def pin(self, name: str, version: int) -> None:
-        """``name`` is the table as of ``version`` from now on (else :class:`VersionUnavailable`)."""
-        try:
-            self._pinned[name] = self._load(version)
-        except DeltaError as exc:
-            raise VersionUnavailable(f"version {version}: {exc}") from None
-
-    def query(self, sql: str) -> pa.Table:
-        """The whole result of ``sql`` over the pinned names (page it to keep it small)."""
-        builder = QueryBuilder()
-        for name, table in self._pinned.items():
-            builder.register(name, table)
-        try:
-            return pa.table(builder.execute(sql).read_all())
-        except Exception as exc:        # DataFusion's and the object store's errors, of many classes
-            raise TableReadFailed(f"{self.uri}: {exc}") from exc
-
-    def remote_commit_time_ms(self, version: int) -> int | None:
-        """``commitInfo.timestamp`` of ``version`` from delta-rs's history (object storage)."""
-        try:
-            handle = self._load(None)
-            commits = handle.history(limit=max(1, int(handle.version()) - version + 1))
-        except DeltaError:
-            return None
-        times = [c.get("timestamp") for c in commits if c.get("version") == version]
-        return times[0] if times and isinstance(times[0], int) else None

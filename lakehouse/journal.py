@@ -99,6 +99,7 @@ from .journal_writer import (ERROR_LENGTH, LIVE_CTES, REPLY, REQUEST, PlainRow, 
 from .journal_schema import DELIVER, ENQUEUE, FORMAT_SQL, NATIVE_SQL, QUEUE_DELETED, REQUEUE, SETTLE, TRANSIENT
 from .producer_rows import producer_row, read_producer_sequences
 from .replay import JournalHistory
+from .snapshot import LIVE_MESSAGES_SQL, UnusableSnapshot, recover_live
 
 if TYPE_CHECKING:
     from broker.messaging.namespace import Namespace
@@ -119,6 +120,8 @@ HISTORY_RETENTION_HOURS = int(os.environ.get("DELTAMQ_JOURNAL_RETENTION_HOURS", 
 #: Delta's own history of the journal (time travel; how far a Spark stream may fall behind), hours
 LOG_RETENTION_HOURS = int(os.environ.get("DELTAMQ_JOURNAL_LOG_RETENTION_HOURS", "1"))
 _RECOVERY_LOG_EVERY = 200_000
+#: recover from the newest snapshot and the journal's tail when there is one (DELTAMQ_JOURNAL_SNAPSHOTS=0: never)
+USE_SNAPSHOTS = os.environ.get("DELTAMQ_JOURNAL_SNAPSHOTS", "1") != "0"
 #: seconds between commit attempts while commits fail (DELTAMQ_JOURNAL_RETRY_MS)
 RETRY_DELAY = float(os.environ.get("DELTAMQ_JOURNAL_RETRY_MS", "250")) / 1000
 #: the events a failed commit keeps for the next one (outside transactions)
@@ -166,6 +169,8 @@ class DeltaMessageJournal:
         self.path = path if is_uri(path) else Path(path)
         self.vhost = vhost
         self.table = journal_table(str(self.path), LOG_RETENTION_HOURS)
+        #: recovery starts from the newest snapshot when one is usable (lakehouse.snapshot)
+        self.use_snapshots = USE_SNAPSHOTS
         self._numbered = 1
         self._group = JournalGroup(1)
         self._in_flight: JournalGroup | None = None
@@ -589,12 +594,35 @@ class DeltaMessageJournal:
 
     # -- recovery ---------------------------------------------------------------------
 
+    def live_messages(self) -> pa.Table:
+        """Every live message (lakehouse.snapshot.LIVE_SCHEMA's columns), in restore order.
+
+        From the newest snapshot plus the journal's tail when there is a usable
+        one, else from the whole journal (saying why, once).
+        """
+        if self.use_snapshots:
+            try:
+                found = recover_live(self.table)
+            except FileNotFoundError:
+                log.info("journal %s: no snapshot (deltamq spark snapshot writes them): reading the whole"
+                         " journal", self.vhost)
+            except UnusableSnapshot as exc:
+                log.warning("journal %s: snapshot not used, reading the whole journal: %s", self.vhost, exc)
+            except Exception as exc:            # whatever went wrong there, the journal itself decides
+                log.warning("journal %s: snapshot not used, reading the whole journal: %s: %s", self.vhost,
+                            type(exc).__name__, exc)
+            else:
+                log.info("journal %s: %d live messages from the snapshot of version %d and %d later"
+                         " commits (%d rows in %d files)", self.vhost, found.live.num_rows, found.header.version,
+                         found.journal_version - found.header.version, found.tail_rows, found.tail_files)
+                return found.live
+        return self.table.read(_LIVE_SQL.format(watermark=read_watermark(self.path)))
+
     def recover(self, namespace: Namespace) -> int:
         """Put every live message back in its queue; the number of messages restored."""
         namespace.producers.restore(self.producer_sequences)   # exactly-once producers
         started = time.perf_counter()
-        watermark = read_watermark(self.path)
-        live = self.table.read(_LIVE_SQL.format(watermark=watermark))
+        live = self.live_messages()
         total = live.num_rows
         if total:
             log.info("journal %s: recovering %d messages", self.vhost, total)
@@ -656,16 +684,5 @@ class DeltaMessageJournal:
         return restored
 
 
-_LIVE_SQL = LIVE_CTES + f"""
-, bodies AS (
-    SELECT message_id, exchange, routing_key, published_at, body,
-           {FORMAT_SQL} AS message_format, {NATIVE_SQL} AS native FROM j
-    WHERE event = '{ENQUEUE}' AND body IS NOT NULL
-)
-SELECT l.queue, l.message_id, COALESCE(v.deliveries, 0) AS deliveries, b.exchange,
-       b.routing_key, b.published_at, b.body, b.message_format, b.native
-FROM live l
-JOIN bodies b ON b.message_id = l.message_id
-LEFT JOIN delivered v ON v.queue = l.queue AND v.message_id = l.message_id
-ORDER BY l.message_id, l.queue
-"""
+#: the full recovery's query: every live message, in restore order
+_LIVE_SQL = LIVE_MESSAGES_SQL + "\nORDER BY l.message_id, l.queue"

@@ -40,9 +40,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyarrow.fs import FileSystem
 
 __all__ = ["LogState", "CHECKPOINT_SCHEMA", "parse_interval_ms", "commit_file", "read_commit",
-           "read_last_checkpoint", "LAST_CHECKPOINT"]
+           "read_last_checkpoint", "LAST_CHECKPOINT", "appended_files", "read_commits"]
 
 #: the file naming a table's newest checkpoint, in ``_delta_log``
 LAST_CHECKPOINT = "_last_checkpoint"
@@ -139,6 +140,26 @@ def read_commit(log_dir: Path, version: int) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def read_commits(filesystem: FileSystem, first: int, last: int) -> list[list[dict[str, Any]]]:
+    """The actions of commits ``first`` .. ``last``, one list per commit, from a file system rooted at the table.
+
+    Any table, local or on object storage
+    (:func:`lakehouse.delta_table.table_filesystem`).  FileNotFoundError when
+    one of them is no longer in the log (log clean-up drops the commits older
+    than ``delta.logRetentionDuration`` that a checkpoint covers).
+    """
+    commits = []
+    for version in range(first, last + 1):
+        name = f"_delta_log/{version:020d}.json"
+        try:
+            with filesystem.open_input_stream(name) as stream:
+                text = stream.read().decode("utf-8")
+        except OSError as exc:                  # an object store's "not found" may be a plain OSError
+            raise FileNotFoundError(f"{name}: {exc}") from exc
+        commits.append([json.loads(line) for line in text.splitlines() if line.strip()])
+    return commits
+
+
 def read_last_checkpoint(log_dir: Path) -> dict[str, Any] | None:
     """``_last_checkpoint`` (``version``, ``size``, ``parts``, ...); None when absent or unreadable."""
     try:
@@ -147,6 +168,46 @@ def read_last_checkpoint(log_dir: Path) -> dict[str, Any] | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return last if isinstance(last, dict) else None
+
+
+def appended_files(commits: list[list[dict[str, Any]]]) -> list[str]:
+    """The data files holding the rows a run of commits appended, and only those.
+
+    What a reader following the table from one version to a later one must
+    read: the files of ``add`` actions with ``dataChange=true``.  Other
+    ``dataChange=false`` rewrites (history retention) are skipped, as Delta
+    Spark's streaming source skips them, and the files they replaced are
+    read (vacuum keeps them for the log retention).  A compaction
+    (``OPTIMIZE``) whose every source file is one of those already chosen
+    holds exactly their rows: its output is read instead of them, so a long
+    run of commits is read from the few files compaction made of it.  A
+    commit that removes data (a ``remove`` with ``dataChange=true``: a delete
+    or an update) raises ValueError: following the appends no longer gives
+    the table's rows.
+    """
+    files: dict[str, None] = {}                 # an ordered set
+    for actions in commits:
+        operation = None
+        rewritten: list[str] = []
+        sources: list[str] = []
+        for entry in actions:
+            add, remove, info = entry.get("add"), entry.get("remove"), entry.get("commitInfo")
+            if info is not None:
+                operation = info.get("operation")
+            elif add is not None:
+                if add.get("dataChange", True):
+                    files[add["path"]] = None
+                else:
+                    rewritten.append(add["path"])
+            elif remove is not None:
+                if remove.get("dataChange", True):
+                    raise ValueError(f"a commit removed data file {remove.get('path')} (a delete or an update)")
+                sources.append(remove["path"])
+        if operation == "OPTIMIZE" and rewritten and sources and all(path in files for path in sources):
+            for path in sources:
+                del files[path]
+            files.update(dict.fromkeys(rewritten))
+    return list(files)
 
 
 def _pick(action: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:

@@ -51,7 +51,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
-from .delta_table import Location, TableReadFailed, TableVersions, VersionUnavailable
+from .delta_table import Location
+from .delta_versions import TableReadFailed, TableVersions, VersionUnavailable
 from .journal_schema import ENQUEUE, FORMAT_SQL, NATIVE_SQL
 from .log_state import read_commit
 

@@ -346,3 +346,42 @@ def test_spark_views_read_the_nodes_in_the_bucket(compose_broker: dict[str, Any]
         assert [r[0] for r in queues] == [COMPOSE_QUEUE]
     finally:
         spark.stop()
+
+
+def test_a_node_started_elsewhere_recovers_from_the_snapshot_and_tail_on_s3(
+        s3: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """The path to replace a lost node: its tables are in the bucket, a new broker reads them there."""
+    import logging
+
+    from tests.lakehouse.snapshot_support import commit, full_live, snapshot_with_datafusion
+
+    root = f"s3://{BUCKET}/snapshot-node"
+    ns = Namespace("v")
+    journal = DeltaConfigurationStore(root).message_journal("v")
+    journal.open()
+    ns.journal = journal
+    queue = ns.declare_queue("q", durable=True)[0]
+    for i in range(5):
+        queue.enqueue(persistent(b"m%d" % i))
+    queue.settle(queue.get())                           # type: ignore[arg-type]
+    commit(journal)
+    snapshot_with_datafusion(journal.table.uri, journal.table.version)
+    assert keys(s3, "snapshot-node/journal_snapshot/_delta_log/")
+    queue.settle(queue.get())                           # type: ignore[arg-type]   # after the snapshot
+    queue.enqueue(persistent(b"after"))
+    held = queue.get()                                  # delivered, never settled: redelivered later
+    assert held is not None
+    commit(journal)                                     # then the node is lost: nothing else runs
+
+    other = Namespace("v")                              # another machine: nothing local, same URI
+    again = DeltaConfigurationStore(root).message_journal("v")
+    again.open()
+    other.journal = again
+    other.declare_queue("q", durable=True)
+    with caplog.at_level(logging.INFO, logger="lakehouse.journal"):
+        assert again.recover(other) == 4
+    assert "from the snapshot of version" in caplog.text
+    got = [(e.message.body, e.redelivered) for e in iter(lambda: other.queues["q"].get(no_ack=True), None)]
+    assert got == [(b"m2", True), (b"m3", False), (b"m4", False), (b"after", False)]
+    assert again.live_messages().to_pylist() == full_live(again)
+    again.close()

@@ -1,7 +1,8 @@
 """The walls between the packages: who may import ``deltalake``, and what ``broker`` may name.
 
-* only the Delta table adapter (``lakehouse/delta_table.py``) imports
-  ``deltalake``: every other module reaches delta-rs through it;
+* only the Delta table adapter imports ``deltalake``: ``lakehouse/delta_table.py``
+  (writing, the latest state) and ``lakehouse/delta_versions.py`` (reading any
+  version); every other module reaches delta-rs through them;
 * ``broker/`` names no module of ``lakehouse`` or ``mgmt`` -- no import, no
   ``"module:attribute"`` string: it finds its store, management and commands
   through entry points only, which ``pyproject.toml`` declares;
@@ -20,8 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("broker", "lakehouse", "mgmt")
-#: the one module allowed to import deltalake
-TABLE_ADAPTER = Path("lakehouse/delta_table.py")
+#: the modules allowed to import deltalake: the table adapter's two halves
+TABLE_ADAPTER = (Path("lakehouse/delta_table.py"), Path("lakehouse/delta_versions.py"))
 #: a reference to a module of lakehouse or mgmt: ``lakehouse``, ``mgmt.plugin:HttpManagement``
 OTHER_PACKAGE = re.compile(r"^(lakehouse|mgmt)(\.\w+)*(:\w+)?$")
 
@@ -57,10 +58,11 @@ def _docstrings(tree: ast.Module) -> set[int]:
 
 def test_only_the_table_adapter_imports_deltalake() -> None:
     importers = {f"{path}:{line}" for path, tree in _modules(*SOURCES) for line, name in _imported(tree)
-                 if name.split(".")[0] == "deltalake" and path != TABLE_ADAPTER}
-    assert importers == set(), "import deltalake only in lakehouse/delta_table.py"
-    assert any(name.split(".")[0] == "deltalake"
-               for _, name in _imported(ast.parse((ROOT / TABLE_ADAPTER).read_text())))
+                 if name.split(".")[0] == "deltalake" and path not in TABLE_ADAPTER}
+    assert importers == set(), "import deltalake only in lakehouse/delta_table.py and delta_versions.py"
+    for adapter in TABLE_ADAPTER:
+        assert any(name.split(".")[0] == "deltalake"
+                   for _, name in _imported(ast.parse((ROOT / adapter).read_text())))
 
 
 def test_broker_names_no_lakehouse_or_mgmt_module() -> None:
