@@ -151,12 +151,28 @@ def process_running(pid: int) -> bool:
         return True
 
 
-def remote_session(server: ConnectServer) -> SparkSession:
-    """A new Spark Connect session on ``server`` (no JVM here; nothing is sent until used)."""
+#: how often a request is tried again when the server does not answer, and the longest
+#: wait between tries: about 1 s in all (pyspark's default tolerates 10 minutes)
+RETRIES, LONGEST_BACKOFF_MS = 3, 1000
+
+
+def remote_session(server: ConnectServer, *, default: bool = True) -> SparkSession:
+    """A new Spark Connect session on ``server`` (no JVM here; nothing is sent until used).
+
+    ``default``: it becomes the process's default session (``getActiveSession()``),
+    as ``SparkSession.builder.remote(...).create()`` makes it; a process running
+    queries for others (the broker) passes False.  A server that stops answering
+    fails a request within about a second instead of pyspark's ten minutes.
+    """
+    from pyspark.sql.connect.client.retries import DefaultPolicy
     from pyspark.sql.connect.session import SparkSession as RemoteSession
 
-    session: SparkSession = RemoteSession.builder.remote(server.url).create()  # type: ignore[assignment]
-    return session
+    if default:
+        session = RemoteSession.builder.remote(server.url).create()
+    else:
+        session = RemoteSession(connection=server.url)
+    session.client.set_retry_policies([DefaultPolicy(max_retries=RETRIES, max_backoff=LONGEST_BACKOFF_MS)])
+    return session  # type: ignore[return-value]
 
 
 def spark_for(data_dir: str | Path, **local_options: Any) -> SparkSession:

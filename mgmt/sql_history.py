@@ -215,12 +215,12 @@ def json_value(value: Any) -> Any:
     return str(value)
 
 
-def run_query(url: str, statement: str, limit: int, started: Callable[[Any], None]) -> dict[str, Any]:
-    """Run ``statement`` in a new Connect session at ``url`` (blocking: call it in a thread)."""
-    from pyspark.sql.connect.session import SparkSession as RemoteSession
+def run_query(server: Any, statement: str, limit: int, started: Callable[[Any], None]) -> dict[str, Any]:
+    """Run ``statement`` in a new Connect session on ``server`` (blocking: call it in a thread)."""
+    from lakehouse.connect_server import remote_session
 
     began = time.perf_counter()
-    spark = RemoteSession(connection=url)          # not made the process's default session
+    spark = remote_session(server, default=False)
     started(spark)
     try:
         frame = spark.sql(statement)
@@ -278,7 +278,7 @@ class SqlHistory:
         def work() -> dict[str, Any]:
             if not server.answering():                # rather than gRPC's retries for minutes
                 raise ServerGone(f"the Spark Connect server at {server.address} does not answer")
-            return run_query(server.url, statement, limit, query_run.started)
+            return run_query(server, statement, limit, query_run.started)
 
         with anyio.move_on_after(self.timeout):
             try:

@@ -57,7 +57,7 @@ def server(serve: ServeProcess) -> ConnectServer:
     return serve.server
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def client(server: ConnectServer) -> Iterator[Any]:
     """A Spark Connect session of this test process (no JVM here)."""
     spark = remote_session(server)
