@@ -21,6 +21,7 @@ import anyio
 import pika
 import pytest
 
+from lakehouse.connect_server import remote_session
 from mgmt.errors import ApiError
 from mgmt.sql_history import SqlHistory
 from tests.integration.conftest import DeltaMQProcess
@@ -104,15 +105,32 @@ def serve(broker_process: DeltaMQProcess, amqp: BrokerEndpoint,
         for body in BODIES:
             channel.basic_publish("", QUEUE, body, pika.BasicProperties(delivery_mode=2))
     process = ServeProcess(data_dir_of(broker_process), tmp_path_factory.mktemp("serve") / "serve.log")
-    process.start()
+    server = process.start()
     try:
+        # the server's first query over the journal's views compiles and plans them, which on a
+        # loaded machine can take longer than the endpoint's timeout: warm it up first
+        spark = remote_session(server)
+        try:
+            wait_until(lambda: spark.sql(f"SELECT count(*) FROM queue_history WHERE queue = '{QUEUE}'").first()[0]
+                       == len(BODIES), timeout=300, interval=0.5, what="the journal's views to show the messages")
+        finally:
+            spark.stop()
         yield process
     finally:
         process.stop()
 
 
+#: a first query loads Spark Connect's client into the broker and warms the server: on a
+#: loaded machine that takes longer than the client's usual 30 s
+QUERY_TIMEOUT = 180
+
+
+def post_sql(api: Api, body: dict[str, Any]) -> Any:
+    return api.client.post("/api/latest/sql", json=body, timeout=QUERY_TIMEOUT)
+
+
 def query(api: Api, sql: str, **extra: Any) -> Any:
-    return api.ok(api.post("sql", {"query": sql, **extra}))
+    return api.ok(post_sql(api, {"query": sql, **extra}))
 
 
 def test_a_query_runs_on_the_server_and_comes_back_as_columns_and_rows(
@@ -147,17 +165,17 @@ def test_inspection_statements_run_as_they_are(api: Api, serve: ServeProcess) ->
 
 
 def test_what_spark_refuses_is_422_with_sparks_message(api: Api, serve: ServeProcess) -> None:
-    assert "UNRESOLVED_COLUMN" in error(api.post("sql", {"query": "SELECT no_such_column FROM journal"}), 422)
+    assert "UNRESOLVED_COLUMN" in error(post_sql(api, {"query": "SELECT no_such_column FROM journal"}), 422)
 
 
 def test_a_write_inside_a_query_fails_to_parse_and_writes_nothing(
         api: Api, serve: ServeProcess, tmp_path: Path) -> None:
     target = tmp_path / "written"
-    message = error(api.post("sql", {"query": f"WITH a AS (SELECT 1 AS x) INSERT INTO delta.`{target}`"
-                                              " SELECT * FROM a"}), 422)
+    message = error(post_sql(api, {"query": f"WITH a AS (SELECT 1 AS x) INSERT INTO delta.`{target}`"
+                                            " SELECT * FROM a"}), 422)
     assert "PARSE_SYNTAX_ERROR" in message
     assert not target.exists()
-    assert error(api.post("sql", {"query": "SELECT 1) AS q; DROP VIEW journal; SELECT (1"}), 422)
+    assert error(post_sql(api, {"query": "SELECT 1) AS q; DROP VIEW journal; SELECT (1"}), 422)
     assert "queue_history" in {row[1] for row in query(api, "SHOW VIEWS")["rows"]}
 
 
