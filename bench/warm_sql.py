@@ -67,7 +67,9 @@ def main() -> int:
     if args.data_dir:
         data_dir = Path(args.data_dir)
     else:
-        made = DeltaMQ(keep_dir=True, log=lambda line: print(line, file=sys.stderr))
+        installed = Path(sys.executable).with_name("deltamq")        # this Python's console script
+        made = DeltaMQ(exe=installed if installed.exists() else None, keep_dir=True,
+                       log=lambda line: print(line, file=sys.stderr))
         _fill(made, args.messages)
         assert made.dir is not None
         data_dir = Path(made.dir) / "data"
