@@ -19,6 +19,12 @@ while those files exist, nothing is fetched and Maven is not started.  Each
 jar fetched is reported as a line (``fetched io.delta:delta-spark_2.13:4.0.0
 (7.7 MB) from central``); Maven's own output goes to
 ``~/.cache/deltamq/maven.log``.
+
+Spark Connect's server (``deltamq spark serve``) needs
+``org.apache.spark:spark-connect_2.13`` of the installed pyspark: pyspark
+4.0 ships it among its own jars, so :func:`connect_jars` fetches nothing
+then; a pyspark (or ``SPARK_HOME``) without it gets it the same way, once,
+remembered in ``~/.cache/deltamq/spark-connect-jars-pyspark-<pyspark>.txt``.
 """
 
 from __future__ import annotations
@@ -49,6 +55,11 @@ Progress = Callable[[str], None]
 def delta_artifact() -> str:
     """The Maven coordinate of the Delta Spark jar matching the installed delta-spark."""
     return f"io.delta:delta-spark_{SCALA_VERSION}:{version('delta-spark')}"
+
+
+def connect_artifact() -> str:
+    """The Maven coordinate of Spark Connect's server jar matching the installed pyspark."""
+    return f"org.apache.spark:spark-connect_{SCALA_VERSION}:{version('pyspark')}"
 
 
 def cache_dir() -> Path:
@@ -99,9 +110,22 @@ def write_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def connect_manifest_path() -> Path:
+    return cache_dir() / f"spark-connect-jars-pyspark-{version('pyspark')}.txt"
+
+
 def delta_jars(progress: Progress = write_stderr) -> list[Path]:
     """The jars a Spark session needs for Delta beyond pyspark's: fetched unless already present."""
     return cached_jars(manifest_path(), lambda: fetch(progress))
+
+
+def connect_jars(progress: Progress = write_stderr) -> list[Path]:
+    """The jars Spark Connect's server needs beyond pyspark's: none when pyspark ships it (4.0 does)."""
+    artifact = connect_artifact()
+    if artifact.split(":")[1] in bundled_artifact_ids(spark_jars_dir()):
+        return []
+    return cached_jars(connect_manifest_path(),
+                       lambda: fetch_artifacts([artifact], "Spark Connect's server jar", progress))
 
 
 def cached_jars(manifest: Path, fetcher: Callable[[], list[Path]]) -> list[Path]:

@@ -54,6 +54,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable, Sequence
 from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -110,13 +111,17 @@ def log_store_jar(jars: list[Path]) -> Path | None:
 
 
 def spark_session(data_dir: str | Path | None = None, *, app_name: str = "deltamq",
-                  jvm_log: Path | None = None, progress: Progress = write_stderr) -> SparkSession:
+                  jvm_log: Path | None = None, progress: Progress = write_stderr,
+                  jars: Sequence[Path] = (), settings: Iterable[tuple[str, str]] = (),
+                  shared_views: bool = False) -> SparkSession:
     """A local SparkSession with Delta configured (and the broker's views, given a data dir).
 
     With ``jvm_log``, the JVM's own output (its start-up warnings and Spark's
     log4j log) goes to that file rather than this process's terminal; a
     session already running keeps its JVM and its output.  ``progress`` gets
     a line per jar fetched on a first use (:func:`lakehouse.delta_jars.delta_jars`).
+    ``jars`` are added to Delta's, ``settings`` override the defaults
+    (:func:`session_settings`); ``shared_views``: see :func:`register_views`.
     """
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
@@ -126,9 +131,10 @@ def spark_session(data_dir: str | Path | None = None, *, app_name: str = "deltam
     # first on PATH; the JVM started below inherits the setting
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     remote = is_object_store(data_dir)     # an s3:// location: S3A and its jars too
-    jars = delta_jars(progress) + (object_store_jars(progress) if remote else [])
-    settings = session_settings(app_name, jars) + (s3a_settings() if remote else [])
-    conf = SparkConf(loadDefaults=False).setAll(settings)
+    all_jars = [*delta_jars(progress), *(object_store_jars(progress) if remote else []), *jars]
+    conf = SparkConf(loadDefaults=False).setAll(
+        session_settings(app_name, all_jars) + (s3a_settings() if remote else []))
+    conf.setAll(list(settings))
     if jvm_log is not None and SparkContext._active_spark_context is None:
         _start_spark_context(conf, jvm_log)
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
@@ -137,7 +143,7 @@ def spark_session(data_dir: str | Path | None = None, *, app_name: str = "deltam
 
     spark.dataSource.register(DeltaMQDataSource)    # format("deltamq"): queues as sources and sinks
     if data_dir is not None:
-        register_views(spark, data_dir if remote else Path(data_dir))
+        register_views(spark, data_dir if remote else Path(data_dir), shared=shared_views)
     return spark
 
 
@@ -291,18 +297,29 @@ JOURNAL_VIEWS = ("journal", *_MESSAGE_VIEWS)
 ALL_VIEWS = ("config_history", "configuration", "link_termini", *JOURNAL_VIEWS)
 
 
-def register_views(spark: SparkSession, data_dir: Path | str) -> list[str]:
-    """Create the broker's temporary views over ``data_dir``; return their names.
+def view_sources(data_dir: Path | str) -> list[tuple[str, str]]:
+    """(node, table) for every table the views read: they change when this does."""
+    return [(node, table) for table in ("config", "link_termini", "journal")
+            for node, _ in _tables(data_dir, table)]
+
+
+def register_views(spark: SparkSession, data_dir: Path | str, *, shared: bool = False) -> list[str]:
+    """Create the broker's views over ``data_dir``; return their names.
 
     ``data_dir`` is a local directory, or an ``s3://bucket/prefix`` location (the
-    nodes' ``storePath`` parent; :mod:`lakehouse.spark_object_store`).
+    nodes' ``storePath`` parent; :mod:`lakehouse.spark_object_store`).  The views
+    are temporary views of ``spark`` alone, or with ``shared`` views of the
+    session catalog's current database, seen by every session of the
+    application -- those Spark Connect opens for its clients among them (a
+    Connect client's session is a new session of the server's).
     """
+    view = "VIEW" if shared else "TEMP VIEW"
     created = []
     history = _union(spark, data_dir, "config")
     if history is not None:
-        spark.sql(f"CREATE OR REPLACE TEMP VIEW config_history AS {history}")
-        spark.sql("""
-            CREATE OR REPLACE TEMP VIEW configuration AS
+        spark.sql(f"CREATE OR REPLACE {view} config_history AS {history}")
+        spark.sql(f"""
+            CREATE OR REPLACE {view} configuration AS
             SELECT node, id, category, parent_id, attributes, changed_at FROM (
                 SELECT *, row_number() OVER (PARTITION BY node, id ORDER BY seq DESC) AS newest
                 FROM config_history) WHERE newest = 1 AND op = 'save'""")
@@ -310,7 +327,7 @@ def register_views(spark: SparkSession, data_dir: Path | str) -> list[str]:
     termini = _union(spark, data_dir, "link_termini")
     if termini is not None:
         spark.sql(f"""
-            CREATE OR REPLACE TEMP VIEW link_termini AS
+            CREATE OR REPLACE {view} link_termini AS
             SELECT node, role, remote_container_id, link_name, terminus, changed_at FROM (
                 SELECT *, row_number() OVER (PARTITION BY node, role, remote_container_id, link_name
                                              ORDER BY seq DESC) AS newest
@@ -318,18 +335,21 @@ def register_views(spark: SparkSession, data_dir: Path | str) -> list[str]:
         created.append("link_termini")
     journal = _journal_union(spark, data_dir)
     if journal is not None:
-        _register_journal_views(spark, journal)
+        _register_journal_views(spark, journal, view)
         created += list(JOURNAL_VIEWS)
-    for view in ALL_VIEWS:
-        if view not in created:
-            spark.catalog.dropTempView(view)
+    for name in ALL_VIEWS:
+        if name not in created:
+            if shared:
+                spark.sql(f"DROP VIEW IF EXISTS {name}")
+            else:
+                spark.catalog.dropTempView(name)
     return created
 
 
-def _register_journal_views(spark: SparkSession, journal: str) -> None:
-    spark.sql(f"CREATE OR REPLACE TEMP VIEW journal AS {journal}")
+def _register_journal_views(spark: SparkSession, journal: str, view: str) -> None:
+    spark.sql(f"CREATE OR REPLACE {view} journal AS {journal}")
     for name, select in _MESSAGE_VIEWS.items():
-        spark.sql(f"CREATE OR REPLACE TEMP VIEW {name} AS {_MESSAGES}\n    {select}")
+        spark.sql(f"CREATE OR REPLACE {view} {name} AS {_MESSAGES}\n    {select}")
 
 
 def stream_journal(spark: SparkSession, data_dir: str | Path, node: str) -> DataFrame:

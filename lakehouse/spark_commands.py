@@ -13,7 +13,7 @@ import importlib
 import sys
 
 #: the modules that contribute a ``deltamq spark`` sub-command, in --help order
-JOBS: tuple[str, ...] = ("lakehouse.dlq_command", "lakehouse.snapshot_command")
+JOBS: tuple[str, ...] = ("lakehouse.serve_command", "lakehouse.dlq_command", "lakehouse.snapshot_command")
 
 
 def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

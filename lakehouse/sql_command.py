@@ -6,6 +6,12 @@ Standard output carries the table only; standard error one line per problem
 progress of a first run's download.  What the JVM prints (Spark's log4j log,
 the JVM's warnings) goes to ``~/.cache/deltamq/spark.log``, Maven's output to
 ``~/.cache/deltamq/maven.log``; no Ivy resolution runs at all.
+
+While ``deltamq spark serve`` serves the data directory (or
+``$DELTAMQ_SPARK_REMOTE`` names a Spark Connect server), the query goes to
+that warm server instead: no JVM starts, the same views answer, the output
+is the same.  A server that does not accept connections is skipped with one
+line on standard error; ``--local`` always starts a local session.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     sql.add_argument("--data-dir", default=os.environ.get("DELTAMQ_DATA_DIR", "./data"),
                      help="the broker's data directory (default: $DELTAMQ_DATA_DIR or ./data)")
     sql.add_argument("--limit", type=int, default=1000, help="most rows to print (default 1000)")
+    sql.add_argument("--local", action="store_true",
+                     help="start a local Spark session even when `deltamq spark serve` serves the directory")
     sql.set_defaults(run=_run)
 
 
@@ -42,6 +50,9 @@ def _run(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir)
     if not data_dir.is_dir():
         return _fail(f"no data directory at {data_dir} (give --data-dir DIR or set DELTAMQ_DATA_DIR)")
+    spark = None if args.local else _remote_session(data_dir)
+    if spark is not None:
+        return _print_query(spark, args.query, args.limit)
     jvm_log = cache_dir() / "spark.log"
     try:
         require_java()
@@ -50,10 +61,15 @@ def _run(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     except Exception as exc:                     # the JVM did not start, or died starting
         return _fail(f"Spark did not start: {_message(exc)} (Spark's output: {jvm_log})")
+    return _print_query(spark, args.query, args.limit)
+
+
+def _print_query(spark: Any, query: str, limit: int) -> int:
+    """Run ``query``, print its first ``limit`` rows as a table, stop the session."""
     try:
-        frame = spark.sql(args.query)
+        frame = spark.sql(query)
         columns = frame.columns
-        rows = [[_text(v) for v in row] for row in frame.limit(args.limit).collect()]
+        rows = [[_text(v) for v in row] for row in frame.limit(limit).collect()]
     except Exception as exc:                     # Spark's AnalysisException and friends
         return _fail(_message(exc))
     finally:
@@ -62,13 +78,35 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _start_session(data_dir: Path, jvm_log: Path) -> Any:
+def _remote_session(data_dir: Path) -> Any:
+    """A session on the Spark Connect server of ``data_dir``, if one runs and answers."""
+    from lakehouse.connect_server import find_server, remote_session
+
+    try:
+        server = find_server(data_dir)
+    except ValueError as exc:                    # $DELTAMQ_SPARK_REMOTE is no sc:// address
+        _fail(f"{exc}: using a local Spark session")
+        return None
+    if server is None:
+        return None
+    if not server.answering():
+        _fail(f"the Spark Connect server at {server.address} does not answer: using a local Spark session")
+        return None
+    _quiet_query_context_loggers()
+    return remote_session(server)
+
+
+def _quiet_query_context_loggers() -> None:
     from pyspark.logger import PySparkLogger
 
+    for name in _QUERY_CONTEXT_LOGGERS:           # the message is printed once, by _fail
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _start_session(data_dir: Path, jvm_log: Path) -> Any:
     from lakehouse.spark import spark_session
 
-    for name in _QUERY_CONTEXT_LOGGERS:           # the message is printed once, below
-        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+    _quiet_query_context_loggers()
     return spark_session(data_dir, app_name="deltamq-sql", jvm_log=jvm_log,
                          progress=lambda line: print(f"deltamq sql: {line}", file=sys.stderr, flush=True))
 

@@ -13,7 +13,9 @@ Routes:
 - ``GET /metrics``: Prometheus text (:mod:`mgmt.metrics`);
 - ``/apidocs``: the OpenAPI description (:mod:`mgmt.openapi`), with
   ``/apidocs/openapi.json``;
-- ``/``: the web console, its files under ``/console/`` (:mod:`mgmt.console`).
+- ``/``: the web console, its files under ``/console/`` (:mod:`mgmt.console`);
+- ``/api/latest/sql``: read-only Spark SQL over the broker's history, on a
+  Spark Connect server (:mod:`mgmt.sql_history`).
 
 Every handler runs on the broker's event loop, where the model lives.
 """
@@ -35,7 +37,7 @@ from broker import __version__
 from broker.model.configured_object import ConfiguredObject
 from broker.model.message_views import Content
 from broker.security.principal import Principal
-from mgmt import apidocs, console, metrics, openapi
+from mgmt import apidocs, console, metrics, openapi, sql_history
 from mgmt.errors import BAD_REQUEST, FORBIDDEN, INTERNAL, TOO_MANY_REQUESTS, UNAUTHORIZED, \
     ApiError
 from mgmt.rest import Reply, RestApi, parse_object
@@ -203,7 +205,7 @@ def create_app(port: ConfiguredObject, permissions: Permissions | None = None) -
 
     app = Litestar(
         route_handlers=[rest_api, login, current_session, logout, prometheus,
-                        *console.route_handlers()],
+                        *console.route_handlers(), *sql_history.route_handlers(management)],
         exception_handlers={Exception: _error_response},
         openapi_config=OpenAPIConfig(
             title="DeltaMQ management", version=__version__, path=DOCS_PATH,
