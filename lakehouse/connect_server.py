@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from lakehouse.delta_jars import cache_dir
+from lakehouse.spark_object_store import is_object_store
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -86,8 +87,9 @@ class ConnectServer:
 
 
 def record_path(data_dir: str | Path) -> Path:
-    """Where the record of the server of ``data_dir`` lies (one per directory, resolved)."""
-    digest = hashlib.sha256(str(Path(data_dir).resolve()).encode()).hexdigest()[:16]
+    """Where the record of the server of ``data_dir`` lies (one per directory, resolved; or per URI)."""
+    key = str(data_dir).rstrip("/") if is_object_store(data_dir) else str(Path(data_dir).resolve())
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return cache_dir() / "spark-connect" / f"{digest}.json"
 
 

@@ -85,12 +85,15 @@ def add_command(jobs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def _run(args: argparse.Namespace) -> int:
-    data_dir = Path(args.data_dir)
+    from lakehouse.spark_object_store import is_object_store
+
+    # an s3:// location (the nodes' storePath parent, as in docker-compose.yml) stays a string
+    data_dir: Path | str = args.data_dir if is_object_store(args.data_dir) else Path(args.data_dir)
     if args.status:
         return _status(data_dir)
     if args.stop:
         return _stop(data_dir)
-    if not data_dir.is_dir():
+    if isinstance(data_dir, Path) and not data_dir.is_dir():
         return _fail(f"no data directory at {data_dir} (give --data-dir DIR or set DELTAMQ_DATA_DIR)")
     settings = []
     for item in args.conf:
@@ -123,9 +126,9 @@ def _run(args: argparse.Namespace) -> int:
 class ConnectServerProcess:
     """The Spark session of ``deltamq spark serve``, its Connect server and its record."""
 
-    def __init__(self, data_dir: Path, host: str, port: int, with_token: bool,
+    def __init__(self, data_dir: Path | str, host: str, port: int, with_token: bool,
                  settings: list[tuple[str, str]]) -> None:
-        self.data_dir = data_dir.resolve()
+        self.data_dir = data_dir if isinstance(data_dir, str) else data_dir.resolve()
         self.host = host
         self.port = port
         self.token = secrets.token_urlsafe(32) if with_token else None
@@ -238,7 +241,7 @@ def _start_failure(exc: Exception, jvm_log: Path) -> str:
     return f"Spark did not start: {type(exc).__name__}: {str(exc).strip()} (Spark's output: {jvm_log})"
 
 
-def _status(data_dir: Path) -> int:
+def _status(data_dir: Path | str) -> int:
     server = recorded_server(data_dir)
     if server is None:
         print(f"no Spark Connect server serves {data_dir}")
@@ -247,7 +250,7 @@ def _status(data_dir: Path) -> int:
     return 0
 
 
-def _stop(data_dir: Path) -> int:
+def _stop(data_dir: Path | str) -> int:
     server = recorded_server(data_dir)
     if server is None or server.pid is None:
         return _fail(f"no Spark Connect server serves {data_dir}")

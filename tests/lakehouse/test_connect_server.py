@@ -68,6 +68,24 @@ def test_a_record_names_the_server_of_its_directory_only(home: Path, tmp_path: P
     assert not path.exists() and recorded_server(data) is None
 
 
+def test_an_object_store_location_has_a_record_of_its_own(home: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """docker-compose.yml serves s3://bucket/nodes: the URI is the key, never a local path."""
+    from broker import cli
+
+    monkeypatch.chdir(tmp_path)
+    uri = "s3://bucket/nodes"
+    assert record_path(uri) == record_path(uri + "/") != record_path("s3://bucket/other")
+    assert record_path(uri) != record_path(tmp_path / "s3:" / "bucket" / "nodes")
+    server = ConnectServer("127.0.0.1", 15002, None, os.getpid(), uri, "2026-01-01T00:00:00+00:00")
+    write_record(server)
+    assert recorded_server(uri) == server and recorded_server(tmp_path / "s3:/bucket/nodes") is None
+    remove_record(uri, os.getpid())
+    assert cli.main(["spark", "serve", "--status", "--data-dir", uri]) == 1
+    assert f"no Spark Connect server serves {uri}" in capsys.readouterr().out
+
+
 def test_the_record_of_a_process_that_ended_is_ignored(home: Path, tmp_path: Path) -> None:
     write_record(server_of(tmp_path, ended_pid()))
     assert record_path(tmp_path).exists()
