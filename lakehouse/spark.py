@@ -131,6 +131,11 @@ def spark_session(data_dir: str | Path | None = None, *, app_name: str = "deltam
     # first on PATH; the JVM started below inherits the setting
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     remote = is_object_store(data_dir)     # an s3:// location: S3A and its jars too
+    active = SparkContext._active_spark_context
+    if remote and active is not None and not active.getConf().get("spark.hadoop.fs.s3a.impl"):
+        raise RuntimeError(f"cannot read {data_dir}: this process's Spark started without object-storage"
+                           " support (S3A), which can only be added when Spark starts; read it from a"
+                           " new process, or build the first session with the s3:// location")
     all_jars = [*delta_jars(progress), *(object_store_jars(progress) if remote else []), *jars]
     conf = SparkConf(loadDefaults=False).setAll(
         session_settings(app_name, all_jars) + (s3a_settings() if remote else []))

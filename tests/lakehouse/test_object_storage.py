@@ -330,22 +330,38 @@ def test_object_store_locations_and_s3a_settings() -> None:
     assert object_store_artifacts("3.4.1")[0] == "org.apache.hadoop:hadoop-aws:3.4.1"
 
 
+#: run in a process of its own: S3A's jars must be on the JVM's class path when it starts, and
+#: other tests of the run may have started this process's JVM without them
+_VIEWS_OVER_S3 = """
+import json, sys
+from lakehouse.spark import spark_session
+spark = spark_session(sys.argv[1], app_name="deltamq-object-store-test")
+try:
+    rows = spark.sql(f\"\"\"
+        SELECT node, CAST(body AS STRING) AS body, outcome FROM queue_history
+        WHERE queue = '{sys.argv[2]}' ORDER BY message_id\"\"\").collect()
+    queues = spark.sql(\"\"\"SELECT get_json_object(attributes, '$.name') FROM configuration
+                          WHERE node = 'default' AND category = 'Queue'\"\"\").collect()
+    print(json.dumps({"rows": [list(r) for r in rows], "queues": [r[0] for r in queues]}))
+finally:
+    spark.stop()
+"""
+
+
 @pytest.mark.timeout(900)
 def test_spark_views_read_the_nodes_in_the_bucket(compose_broker: dict[str, Any]) -> None:
     """The views the notebooks and Spark Connect read, over ``s3://bucket/nodes`` (S3A, pyarrow's listing)."""
-    from lakehouse.spark import spark_session
+    import json
+    import subprocess
+    import sys
 
-    spark = spark_session(compose_broker["location"], app_name="deltamq-object-store-test")
-    try:
-        rows = spark.sql(f"""
-            SELECT node, CAST(body AS STRING) AS body, outcome FROM queue_history
-            WHERE queue = '{COMPOSE_QUEUE}' ORDER BY message_id""").collect()
-        assert [tuple(r) for r in rows] == [("default", f"order {i}", "acked" if i < 2 else None) for i in range(5)]
-        queues = spark.sql("""SELECT get_json_object(attributes, '$.name') FROM configuration
-                              WHERE node = 'default' AND category = 'Queue'""").collect()
-        assert [r[0] for r in queues] == [COMPOSE_QUEUE]
-    finally:
-        spark.stop()
+    done = subprocess.run([sys.executable, "-c", _VIEWS_OVER_S3, compose_broker["location"], COMPOSE_QUEUE],
+                          capture_output=True, text=True, timeout=840, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-4000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [tuple(r) for r in found["rows"]] == [("default", f"order {i}", "acked" if i < 2 else None)
+                                                 for i in range(5)]
+    assert found["queues"] == [COMPOSE_QUEUE]
 
 
 def test_a_node_started_elsewhere_recovers_from_the_snapshot_and_tail_on_s3(
