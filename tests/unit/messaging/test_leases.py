@@ -15,25 +15,12 @@ from broker.messaging.queue import Queue
 
 from .journal_fake import RecordingJournal
 from .support import FakeClock, RecordingConsumer, message
+# the namespace of the journal-event tests (a recording journal, a fake clock): the same fixtures
+from .test_journal_events import clock, journal, ns  # noqa: F401
 
 LEASE = 30.0
 
 
-@pytest.fixture
-def journal() -> RecordingJournal:
-    return RecordingJournal()
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def ns(journal: RecordingJournal, clock: FakeClock) -> Namespace:
-    namespace = Namespace("v", clock=clock)
-    namespace.journal = journal
-    return namespace
 
 
 @pytest.fixture
