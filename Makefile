@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test typecheck install bench clean
+.PHONY: run test typecheck install bench bench-spark clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,8 +30,13 @@ test: $(STAMP) typecheck
 	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
+# the core suite against RabbitMQ, then Spark as a participant (drain, sink latency, dead-letter lag)
 bench: $(STAMP)
 	$(BIN)/python -m bench.compare
+	$(BIN)/python -m bench.spark_participant
+
+bench-spark: $(STAMP)
+	$(BIN)/python -m bench.spark_participant
 
 clean:
 	rm -rf $(VENV) data .pytest_cache

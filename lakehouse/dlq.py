@@ -8,7 +8,7 @@ checkpoint) and, in each micro-batch (``foreachBatch``):
    queues, joined to the row that stores the message (its body, properties,
    and headers -- ``x-death`` among them; a dead-lettered copy is a new message,
    stored with its first enqueue, in the same journal commit);
-2. classifies each (:mod:`lakehouse.dlq_policy`) and MERGEs one row per dead
+2. classifies each (:mod:`lakehouse.dlq_policy`) and appends one row per dead
    letter into the *curated* Delta table, keyed by (node, vhost, message_id):
    a replayed micro-batch inserts nothing;
 3. republishes the curated rows whose decision is ``republish`` and whose
@@ -140,6 +140,12 @@ class DeadLetterJob:
         self.summary = RunSummary()
         self._lock = threading.Lock()        # the stream's thread and the due pass's share the table
         self._in_doubt_checked = False
+        #: when the earliest pending row is due (epoch s; inf: none pending), None: not known
+        self._next_due: float | None = None
+        #: the Delta transaction id of the query's appends to the curated table (see _curate)
+        self._app_id: str | None = None
+        self._started = threading.Event()
+        self._batches_run = 0
         #: the micro-batches this job processed (replays included), by Spark's batch id
         self.batch_ids: list[int] = []
 
@@ -173,9 +179,15 @@ class DeadLetterJob:
     def start(self, **trigger: Any) -> StreamingQuery:
         """The streaming query over the journal (``trigger``: DataStreamWriter.trigger's arguments)."""
         self.ensure_table()
-        return (stream_journal(self.spark, self.data_dir, self.node).writeStream
-                .foreachBatch(self.process_batch).queryName(f"deltamq-dlq-{self.node}")
-                .option("checkpointLocation", self.checkpoint).trigger(**trigger).start())
+        self._started.clear()
+        query = (stream_journal(self.spark, self.data_dir, self.node).writeStream
+                 .foreachBatch(self.process_batch).queryName(f"deltamq-dlq-{self.node}")
+                 .option("checkpointLocation", self.checkpoint).trigger(**trigger).start())
+        # the query's id is kept in its checkpoint: the same across restarts, new with a new checkpoint
+        self._app_id = f"deltamq-dlq:{query.id}"
+        self._batches_run = 0
+        self._started.set()
+        return query
 
     def close(self) -> None:
         for publisher in self._republishers.values():
@@ -198,13 +210,17 @@ class DeadLetterJob:
 
     def process_batch(self, batch: DataFrame, batch_id: int) -> None:
         """``foreachBatch``: curate the batch's dead letters, then republish what is due."""
+        self._started.wait(60)
         with self._lock:
             self.batch_ids.append(batch_id)
             found = self._dead_letters(batch)
-            rows = self._not_curated(found)
+            # only a run's first batch can be one an earlier run began (Spark replays the last
+            # batch it logged and did not commit): later ones hold journal rows no batch saw
+            rows = self._not_curated(found) if self._batches_run == 0 else found
+            self._batches_run += 1
             self.summary.already_curated += len(found) - len(rows)
             if rows:
-                self._curate(rows)
+                self._curate(rows, batch_id)
                 log.info("batch %d: %d dead letter(s) curated", batch_id, len(rows))
             self.republish_due()
 
@@ -220,28 +236,49 @@ class DeadLetterJob:
         return [r for r in rows if (r.vhost, r.message_id) not in known]
 
     def _dead_letters(self, batch: DataFrame) -> list[Row]:
-        """The batch's dead letters in the policy's queues, with their stored message."""
+        """The batch's dead letters in the policy's queues, with their stored message.
+
+        Two plain scans of the batch, no shuffle: its dead-letter queues' enqueue
+        rows (few), then the rows storing those messages (a dead-lettered copy
+        is stored in the same journal commit as its first enqueue).
+        """
+        from pyspark.sql import Row as SparkRow
         from pyspark.sql import functions as F
 
         journal = batch
         if self.policy.vhost is not None:
             journal = journal.where(F.col("vhost") == self.policy.vhost)
-        arrivals = (journal.where((F.col("event") == ENQUEUE)
-                                  & F.col("queue").isin(list(self.policy.dead_letter_queues)))
-                    .groupBy("vhost", "message_id")
-                    .agg(F.min("queue").alias("dead_letter_queue"),
-                         F.min(F.unix_micros("at")).alias("dead_lettered_at")))
-        found = arrivals.join(self._messages(journal), ["vhost", "message_id"], "left").collect()
-        missing = [(r.vhost, r.message_id) for r in found if r.native is None and r.body is None]
-        if not missing:
-            return found
-        # a message stored in an earlier commit than its dead-letter queue's enqueue (not
-        # what the broker writes today, but cheap to get right): read it from the table
-        ids = sorted({message_id for _, message_id in missing})
-        stored = {(r.vhost, r.message_id): r for r in self._messages(self._journal_table())
+        arrivals: dict[tuple[str, int], tuple[str, int | None]] = {}
+        for r in (journal.where((F.col("event") == ENQUEUE) & F.col("queue").isin(list(self.policy.dead_letter_queues)))
+                  .select("vhost", "message_id", "queue", F.unix_micros("at").alias("at")).collect()):
+            key = (r.vhost, r.message_id)
+            if key in arrivals:             # reached several dead-letter queues: the first, the earliest
+                queue, at = arrivals[key]
+                arrivals[key] = (min(queue, r.queue), at if r.at is None else r.at if at is None else min(at, r.at))
+            else:
+                arrivals[key] = (r.queue, r.at)
+        if not arrivals:
+            return []
+        ids = sorted({message_id for _, message_id in arrivals})
+        stored = {(r.vhost, r.message_id): r for r in self._messages(journal)
                   .where(F.col("message_id").isin(ids)).collect()}
-        return [_merged(r, stored[(r.vhost, r.message_id)]) if (r.vhost, r.message_id) in stored else r
-                for r in found]
+        missing = sorted({message_id for (vhost, message_id) in arrivals if (vhost, message_id) not in stored})
+        if missing:
+            # a message stored in an earlier commit than its dead-letter queue's enqueue (not
+            # what the broker writes today, but cheap to get right): read it from the table
+            stored.update({(r.vhost, r.message_id): r for r in self._messages(self._journal_table())
+                           .where(F.col("message_id").isin(missing)).collect()
+                           if (r.vhost, r.message_id) in arrivals})
+        empty = dict.fromkeys(("exchange", "routing_key", "body", "properties", "headers", "message_format",
+                               "native"))
+        found = []
+        for (vhost, message_id), (queue, at) in sorted(arrivals.items()):
+            message = stored.get((vhost, message_id))
+            values = {**empty, **({k: v for k, v in message.asDict().items() if k not in ("vhost", "message_id")}
+                                  if message is not None else {})}
+            found.append(SparkRow(vhost=vhost, message_id=message_id, dead_letter_queue=queue,
+                                  dead_lettered_at=at, **values))
+        return found
 
     def _journal_table(self) -> DataFrame:
         return self.spark.read.format("delta").load(str((self.data_dir / self.node / "journal").resolve()))
@@ -254,15 +291,25 @@ class DeadLetterJob:
                 .select("vhost", "message_id", "exchange", "routing_key", "body", "properties", "headers",
                         F.expr(FORMAT_SQL).alias("message_format"), F.expr(NATIVE_SQL).alias("native")))
 
-    def _curate(self, rows: Iterable[Row]) -> None:
-        from delta.tables import DeltaTable
+    def _curate(self, rows: Iterable[Row], batch_id: int) -> None:
+        """Append the rows: an idempotent Delta write, keyed by the query and its batch id.
 
+        Delta records (``txnAppId``, ``txnVersion``) in the commit and skips a
+        later write of the same or an older version, so a batch Spark replays
+        after a crash between this commit and its own adds nothing (and
+        :meth:`_not_curated` keeps it out of the counts).  An append, not a
+        MERGE: a batch's dead letters are new rows (the stream gives each
+        journal row once), and an append does not read the table first.
+        """
         now = datetime.datetime.fromtimestamp(self.clock(), _UTC)
         records = [self._curated_row(row, now) for row in rows]
+        for record in records:
+            if record["state"] == PENDING and self._next_due is not None:
+                self._next_due = min(self._next_due, record["due_at"].timestamp())
         source = self.spark.createDataFrame(records, CURATED_SCHEMA)
-        (DeltaTable.forPath(self.spark, self.table_path).alias("t")
-         .merge(source.alias("s"), "t.node = s.node AND t.vhost = s.vhost AND t.message_id = s.message_id")
-         .whenNotMatchedInsertAll().execute())
+        assert self._app_id is not None
+        (source.write.format("delta").mode("append").option("txnAppId", self._app_id)
+         .option("txnVersion", batch_id).save(self.table_path))
 
     def _curated_row(self, row: Row, now: datetime.datetime) -> dict[str, Any]:
         dead_lettered_at = _moment(row.dead_lettered_at) or now
@@ -304,11 +351,16 @@ class DeadLetterJob:
             self._resolve_in_doubt()
             self._in_doubt_checked = True
         now = self.clock()
-        due = (self.curated().where((F.col("node") == self.node) & (F.col("state") == PENDING)
-                                    & (F.col("due_at") <= F.timestamp_micros(F.lit(int(now * 1e6)))))
+        if self._next_due is not None and now < self._next_due:
+            return 0                           # nothing pending is due yet: no query
+        pending = self.curated().where((F.col("node") == self.node) & (F.col("state") == PENDING))
+        due = (pending.where(F.col("due_at") <= F.timestamp_micros(F.lit(int(now * 1e6))))
                .orderBy("due_at", "vhost", "message_id").collect())
         if not due:
+            earliest = pending.agg(F.min(F.unix_micros("due_at")).alias("at")).collect()[0].at
+            self._next_due = float("inf") if earliest is None else earliest / 1e6
             return 0
+        self._next_due = None                  # known again after the next pass's query
         started = datetime.datetime.fromtimestamp(now, _UTC)
         # committed before any publish: a crash from here on leaves the rows in doubt, never pending
         self._update({row.republish_id: {"state": PUBLISHING, "publishing_at": started} for row in due})
@@ -374,6 +426,7 @@ class DeadLetterJob:
                      .groupBy(header.alias("rid")).agg(F.min(F.unix_micros("at")).alias("at")).collect()}
         self._update({rid: ({"state": REPUBLISHED, "republished_at": _moment(published[rid])}
                             if rid in published else {"state": PENDING}) for rid in ids})
+        self._next_due = None
         self.summary.recovered += len(published)
         log.warning("%d republish(es) were in doubt after a stop: %d found in the journal, %d to publish"
                     " again", len(ids), len(published), len(ids) - len(published))
@@ -388,11 +441,3 @@ def _decoded_headers(tag: str | None, native: bytes | None) -> tuple[dict[str, A
     except (LookupError, ValueError) as exc:
         return {}, f"cannot decode its {tag} metadata: {exc}"
     return dict(view.headers or {}), None
-
-
-def _merged(arrival: Row, stored: Row) -> Row:
-    from pyspark.sql import Row as SparkRow
-
-    values = arrival.asDict()
-    values.update({k: v for k, v in stored.asDict().items() if k not in ("vhost", "message_id")})
-    return SparkRow(**values)

@@ -290,3 +290,24 @@ def test_the_curated_table_schema_is_documented() -> None:
     assert len(columns) == 31
     for column in columns:
         assert f"`{column}`" in page, column
+
+
+def test_a_batch_written_twice_adds_its_rows_once(spark: Any, broker: DeltaMQProcess, tmp_path: Path) -> None:
+    """The curated table's appends are Delta idempotent writes keyed by the query and the batch id."""
+    channel = connect(broker)
+    declare(channel, "t")
+    publish(channel, "t", "work", b"twice", kind="order")
+    reject_all(channel, "t.work", 1)
+    wait_until(lambda: depth(channel, "t.dlq") == 1, 30, what="a dead letter in t.dlq")
+    channel.connection.close()
+    job = make_job(spark, broker, policy_text("t", tmp_path / "curated", backoff=3600), tmp_path / "checkpoint")
+    job.ensure_table()
+    job._app_id = "test:written-twice"       # as start() sets it from the query's id
+    job._started.set()
+    job._batches_run = 1                     # not a run's first batch: no look at the table first
+    journal = job._journal_table()
+    job.process_batch(journal, 5)
+    job.process_batch(journal, 5)            # the same batch again: Delta skips the write
+    assert [r[:2] for r in curated(job, "dead_letter_queue, state")] == [("t.dlq", "pending")]
+    job.process_batch(journal, 6)            # a later batch id is written (so the skip above was the key's)
+    assert len(curated(job, "dead_letter_queue, state")) == 2
