@@ -118,16 +118,22 @@ def _run(args: argparse.Namespace) -> int:
     from lakehouse.delta_jars import FetchFailed, cache_dir
     from lakehouse.prerequisites import MissingPrerequisite, require_java
     from lakehouse.spark import spark_session
+    from lakehouse.spark_object_store import is_object_store, object_store_jars, s3a_settings
 
     stores = _stores(args)
     if isinstance(stores, str):
         return _fail(stores)
     jvm_log = cache_dir() / "spark.log"
+
+    def progress(line: str) -> None:
+        print(f"deltamq spark snapshot: {line}", file=sys.stderr, flush=True)
     try:
         require_java()
-        spark = spark_session(app_name="deltamq-snapshot", jvm_log=jvm_log,
-                              progress=lambda line: print(f"deltamq spark snapshot: {line}", file=sys.stderr,
-                                                          flush=True))
+        # S3A can only join a JVM when it starts: with a node in object storage, bring it
+        remote = any(is_object_store(location) for _, location in stores)
+        spark = spark_session(app_name="deltamq-snapshot", jvm_log=jvm_log, progress=progress,
+                              jars=object_store_jars(progress) if remote else (),
+                              settings=s3a_settings() if remote else ())
     except (MissingPrerequisite, FetchFailed) as exc:
         return _fail(str(exc))
     except Exception as exc:                     # the JVM did not start
@@ -234,7 +240,10 @@ def _require_file_system(spark: SparkSession, location: Location) -> None:
     if not str(location).startswith("s3://"):
         return
     try:
-        spark.sparkContext._jvm.java.lang.Class.forName("org.apache.hadoop.fs.s3a.S3AFileSystem")  # type: ignore[union-attr]
+        # the jars of spark.jars are on the context class loader, not on the one py4j's Class.forName uses
+        jvm = spark.sparkContext._jvm
+        jvm.java.lang.Thread.currentThread().getContextClassLoader().loadClass(  # type: ignore[union-attr]
+            "org.apache.hadoop.fs.s3a.S3AFileSystem")
     except Exception:
         raise RuntimeError(
             f"{location}: this Spark session cannot read S3 (its classpath lacks Hadoop's S3A file"

@@ -364,6 +364,39 @@ def test_spark_views_read_the_nodes_in_the_bucket(compose_broker: dict[str, Any]
     assert found["queues"] == [COMPOSE_QUEUE]
 
 
+@pytest.mark.timeout(900)
+def test_the_snapshot_job_on_a_bucket_and_a_new_broker_starting_from_it(s3: Any, compose_broker: dict[str, Any]) -> None:
+    """``deltamq spark snapshot --store-path s3://...`` as a user runs it (S3A joins its JVM), then a broker
+    with nothing local -- another machine -- recovers the node from that snapshot and the journal's tail."""
+    import pika
+
+    from tests.integration.conftest import DeltaMQProcess
+
+    store = f"{compose_broker['location']}/default"
+    done = subprocess.run([sys.executable, "-m", "broker.cli", "spark", "snapshot", "--store-path", store],
+                          capture_output=True, text=True, timeout=840, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "3 live messages in 1 queues" in done.stdout, done.stdout
+    assert keys(s3, "nodes/default/journal_snapshot/_delta_log/")
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DELTAMQ_BUCKET", BUCKET)
+        broker = DeltaMQProcess()
+        broker.command += ["--config", str(REPO / "conf" / "docker-compose.json")]
+        broker.start()
+    try:
+        assert "from the snapshot of version" in broker.log_tail(), broker.log_tail()
+        params = pika.ConnectionParameters("127.0.0.1", broker.amqp_port, "/",
+                                           pika.PlainCredentials("guest", "guest"), socket_timeout=10)
+        with pika.BlockingConnection(params) as conn:
+            channel = conn.channel()
+            bodies = [channel.basic_get(COMPOSE_QUEUE, auto_ack=True)[2] for _ in range(3)]
+            assert bodies == [b"order 2", b"order 3", b"order 4"]
+            assert channel.basic_get(COMPOSE_QUEUE)[0] is None
+    finally:
+        broker.stop()
+
+
 def test_a_node_started_elsewhere_recovers_from_the_snapshot_and_tail_on_s3(
         s3: Any, caplog: pytest.LogCaptureFixture) -> None:
     """The path to replace a lost node: its tables are in the bucket, a new broker reads them there."""

@@ -109,3 +109,12 @@ def test_the_broker_restores_queues_from_the_jobs_snapshot(spark: Any, tmp_path:
         again.close()
     assert contents[True] == contents[False]
     assert contents[True]["orders"][-1][0] == b"tail"
+
+
+def test_a_session_without_s3a_is_refused_an_s3_node_with_a_message(spark: Any) -> None:
+    """The shared session starts without S3A (no node in object storage): the job says what is missing."""
+    from lakehouse.snapshot_command import _require_file_system
+
+    _require_file_system(spark, "/a/local/node/journal")          # local: nothing to check
+    with pytest.raises(RuntimeError, match="cannot read S3 .*hadoop-aws"):
+        _require_file_system(spark, "s3://bucket/node/journal")
