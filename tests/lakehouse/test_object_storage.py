@@ -263,6 +263,25 @@ REPO = Path(__file__).resolve().parents[2]
 COMPOSE_QUEUE = "compose.orders"
 
 
+def start_compose_broker() -> Any:
+    """``deltamq serve --config conf/docker-compose.json`` with its node in the test's bucket."""
+    from tests.integration.conftest import DeltaMQProcess
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DELTAMQ_BUCKET", BUCKET)
+        broker = DeltaMQProcess()
+        broker.command += ["--config", str(REPO / "conf" / "docker-compose.json")]
+        broker.start()
+    return broker
+
+
+def amqp_parameters(broker: Any) -> Any:
+    import pika
+
+    return pika.ConnectionParameters("127.0.0.1", broker.amqp_port, "/", pika.PlainCredentials("guest", "guest"),
+                                     socket_timeout=10)
+
+
 @pytest.fixture(scope="module")
 def compose_broker(s3: Any) -> Iterator[dict[str, Any]]:
     """``deltamq serve --config conf/docker-compose.json`` journaled pika's traffic into the bucket, then stopped.
@@ -275,17 +294,9 @@ def compose_broker(s3: Any) -> Iterator[dict[str, Any]]:
 
     import pika
 
-    from tests.integration.conftest import DeltaMQProcess
-
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("DELTAMQ_BUCKET", BUCKET)
-        broker = DeltaMQProcess()
-        broker.command += ["--config", str(REPO / "conf" / "docker-compose.json")]
-        broker.start()
+    broker = start_compose_broker()
     try:
-        params = pika.ConnectionParameters("127.0.0.1", broker.amqp_port, "/",
-                                           pika.PlainCredentials("guest", "guest"), socket_timeout=10)
-        with pika.BlockingConnection(params) as conn:
+        with pika.BlockingConnection(amqp_parameters(broker)) as conn:
             ch = conn.channel()
             ch.confirm_delivery()
             ch.queue_declare(COMPOSE_QUEUE, durable=True)
@@ -370,8 +381,6 @@ def test_the_snapshot_job_on_a_bucket_and_a_new_broker_starting_from_it(s3: Any,
     with nothing local -- another machine -- recovers the node from that snapshot and the journal's tail."""
     import pika
 
-    from tests.integration.conftest import DeltaMQProcess
-
     store = f"{compose_broker['location']}/default"
     done = subprocess.run([sys.executable, "-m", "broker.cli", "spark", "snapshot", "--store-path", store],
                           capture_output=True, text=True, timeout=840, cwd=REPO)
@@ -379,16 +388,10 @@ def test_the_snapshot_job_on_a_bucket_and_a_new_broker_starting_from_it(s3: Any,
     assert "3 live messages in 1 queues" in done.stdout, done.stdout
     assert keys(s3, "nodes/default/journal_snapshot/_delta_log/")
 
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("DELTAMQ_BUCKET", BUCKET)
-        broker = DeltaMQProcess()
-        broker.command += ["--config", str(REPO / "conf" / "docker-compose.json")]
-        broker.start()
+    broker = start_compose_broker()
     try:
         assert "from the snapshot of version" in broker.log_tail(), broker.log_tail()
-        params = pika.ConnectionParameters("127.0.0.1", broker.amqp_port, "/",
-                                           pika.PlainCredentials("guest", "guest"), socket_timeout=10)
-        with pika.BlockingConnection(params) as conn:
+        with pika.BlockingConnection(amqp_parameters(broker)) as conn:
             channel = conn.channel()
             bodies = [channel.basic_get(COMPOSE_QUEUE, auto_ack=True)[2] for _ in range(3)]
             assert bodies == [b"order 2", b"order 3", b"order 4"]
