@@ -17,6 +17,11 @@ The Queue operation ``replayMessages`` (REST ``POST .../queue/<node>/<vhost>/<qu
    headers (:data:`REPLAY_OF`, :data:`REPLAYED_FROM`) -- as one journal
    transaction, and waits for that commit before reading the next page.
 
+While the broker's memory or disk alarm is set -- when publishers are
+blocked -- the replay waits before its next page, as a blocked publisher
+does, and goes on once the alarm clears; after :data:`ALARM_WAIT_SECONDS`
+of waiting it stops (503) saying how far it got.
+
 So a page is replayed whole or not at all: its routes are all resolved before
 anything is enqueued (an exchange deleted since makes the replay stop before
 the page), and a commit that fails drops every message of the page (they were
@@ -54,6 +59,10 @@ REPLAY_OF = "x-replay-of"
 REPLAYED_FROM = "x-replayed-from"
 #: the answer lists at most this many ids of each kind (the counts are always complete)
 LISTED_IDS = 100_000
+#: how long a replay waits for the broker's resource alarms to clear before a page
+ALARM_WAIT_SECONDS = 120.0
+#: how often it looks again meanwhile (the alarms are checked once a second)
+ALARM_POLL_SECONDS = 0.25
 
 T = TypeVar("T")
 
@@ -151,6 +160,7 @@ async def replay_messages(view: Queue, request: ReplayRequest) -> dict[str, Any]
             batch = await _in_thread(label, reader.next_batch)
             if not batch:
                 break
+            await _unblocked(view, label, outcome.replayed)
             with view.journal_transaction():
                 _publish(label, namespace, source.name, target, batch, formats, outcome)
             pending = journal.pending
@@ -266,6 +276,28 @@ def _publish(label: str, namespace: Namespace, source: str, target: _Target,
             outcome.note(outcome.unroutable, journaled.message_id)
         elif not enqueue_all(message, queues):
             outcome.note(outcome.refused, journaled.message_id)
+
+
+def _alarm(view: Queue) -> str:
+    """Why publishers are blocked now ("low on memory"), "" when they are not."""
+    alarms = getattr(view.ancestor("Broker"), "resource_alarms", None)
+    return str(alarms.reason) if alarms is not None else ""
+
+
+async def _unblocked(view: Queue, label: str, replayed: int) -> None:
+    """Return once no resource alarm blocks publishers; StoreFailed after :data:`ALARM_WAIT_SECONDS`."""
+    reason = _alarm(view)
+    if not reason:
+        return
+    log.warning("%s: replay waits after %d messages: the broker is %s", label, replayed, reason)
+    with anyio.move_on_after(ALARM_WAIT_SECONDS):
+        while reason := _alarm(view):
+            await anyio.sleep(ALARM_POLL_SECONDS)
+    if reason:
+        raise StoreFailed(f"{label}: replay stopped after {replayed} messages: the broker has been {reason}"
+                          f" for {ALARM_WAIT_SECONDS:g} s (publishers are blocked); replay the rest once"
+                          " the alarm clears")
+    log.info("%s: replay goes on: the alarm cleared", label)
 
 
 async def _durable(label: str, group: Any, before: int, size: int) -> None:

@@ -118,6 +118,53 @@ def test_memory_alarm_is_set_by_queued_messages_and_clears_when_they_are_consume
     publisher.connection.close()
 
 
+def test_a_replay_waits_while_the_memory_alarm_blocks_publishers(low_watermark: DeltaMQProcess) -> None:
+    """A replay publishes: under the alarm it waits like a blocked publisher, and goes on once it clears."""
+    import threading
+    from datetime import datetime, timezone
+
+    from tests.waiting import wait_until
+
+    start = datetime.now(timezone.utc).isoformat()
+    publisher = Publisher(low_watermark)
+    channel = publisher.channel
+    channel.confirm_delivery()
+    for name in ("replay.src", "replay.dst"):
+        channel.queue_declare(name, durable=True)
+    for body in (b"one", b"two", b"three"):
+        channel.basic_publish("", "replay.src", body, pika.BasicProperties(delivery_mode=2))
+    while channel.basic_get("replay.src", auto_ack=True)[0] is not None:
+        pass
+    ballast = channel.queue_declare("", exclusive=False, auto_delete=False).method.queue
+    for n in range(COUNT):
+        channel.basic_publish("", ballast, bytes([n]) * BODY)
+    publisher.wait_for("blocked: low on memory")
+
+    api = f"http://127.0.0.1:{low_watermark.http_port}/api/latest/queue/default/default"
+    answers: list[httpx.Response] = []
+    replay = threading.Thread(target=lambda: answers.append(httpx.post(
+        f"{api}/replay.src/replayMessages", json={"fromTime": start, "destination": "replay.dst"},
+        auth=("guest", "guest"), timeout=60)))
+    replay.start()
+    wait_until(lambda: "replay waits after 0 messages: the broker is low on memory" in low_watermark.log_tail(),
+               10, what="the replay waiting for the alarm")
+    depth = httpx.get(f"{api}/replay.dst", auth=("guest", "guest"), timeout=30).json()["statistics"]
+    assert replay.is_alive() and depth["queueDepthMessages"] == 0
+
+    consumer = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", low_watermark.amqp_port))
+    cch = consumer.channel()
+    while cch.basic_get(ballast, auto_ack=True)[0] is not None:
+        pass
+    replay.join(30)
+    assert answers and answers[0].status_code == 200 and answers[0].json()["replayed"] == 3, answers
+    got = []
+    while (message := cch.basic_get("replay.dst", auto_ack=True))[0] is not None:
+        got.append(message[2])
+    assert got == [b"one", b"two", b"three"]
+    consumer.close()
+    publisher.connection.close()
+
+
 @pytest.fixture
 def small_disk() -> Iterator[Path]:
     """A 64 MiB tmpfs (root with CAP_SYS_ADMIN only)."""
