@@ -126,7 +126,8 @@ class DeadLetterJob:
 
     def __init__(self, spark: SparkSession, policy: Policy, *, data_dir: str | Path, node: str,
                  checkpoint: str | Path, republisher: Callable[[str], Republisher],
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 settler: Callable[[str, str, list[int]], None] | None = None) -> None:
         self.spark = spark
         self.policy = policy
         self.data_dir = Path(data_dir)
@@ -135,6 +136,10 @@ class DeadLetterJob:
         self.table_path = str(policy.curated_table if "://" in str(policy.curated_table)
                               else Path(policy.curated_table).resolve())
         self._make_republisher = republisher
+        #: takes dead letters (journal ids) out of a dead-letter queue: (vhost, queue, ids); None: never
+        self._settler = settler if policy.settle else None
+        #: curated dead letters still to take out of their queue (the broker did not answer yet)
+        self._unsettled: dict[tuple[str, str], set[int]] = {}
         self._republishers: dict[str, Republisher] = {}
         self.clock = clock
         self.summary = RunSummary()
@@ -157,6 +162,8 @@ class DeadLetterJob:
             query = self.start(availableNow=True)
             query.awaitTermination()
             with self._lock:
+                if self._unsettled:
+                    self.settle_curated()
                 self.republish_due()
         finally:
             self.close()
@@ -168,6 +175,8 @@ class DeadLetterJob:
         try:
             while query.isActive and not stop.wait(interval):
                 with self._lock:
+                    if self._unsettled:
+                        self.settle_curated()
                     self.republish_due()
             if not query.isActive:
                 query.awaitTermination()       # raises the query's failure
@@ -222,6 +231,10 @@ class DeadLetterJob:
             if rows:
                 self._curate(rows, batch_id)
                 log.info("batch %d: %d dead letter(s) curated", batch_id, len(rows))
+            if self._settler is not None:
+                for row in found:                  # replayed ones too: a settle is idempotent
+                    self._unsettled.setdefault((row.vhost, row.dead_letter_queue), set()).add(row.message_id)
+                self.settle_curated()
             self.republish_due()
 
     def _not_curated(self, rows: list[Row]) -> list[Row]:
@@ -340,6 +353,29 @@ class DeadLetterJob:
             "state": _STATE_OF[decision.action], "handled_at": now,
             "publishing_at": None, "republished_at": None,
         }
+
+    def settle_curated(self) -> int:
+        """Take the curated dead letters out of their dead-letter queues; the number handed over.
+
+        Once a dead letter's row is committed to the curated table, the broker
+        may forget it: the job acknowledges it as a consumer of the queue
+        would (journaled ``settle`` rows, outcome ``acked``). A dead letter no
+        longer in the queue (consumed, purged, expired) is skipped. When the
+        broker does not answer, the ids are kept and tried again after the
+        next batch; a stopped job forgets them (the queue keeps its copy).
+        """
+        assert self._settler is not None
+        handed = 0
+        for (vhost, queue), ids in list(self._unsettled.items()):
+            try:
+                self._settler(vhost, queue, sorted(ids))
+            except Exception as exc:               # the broker is down or refuses: try again later
+                log.warning("dead letters of queue '%s' in virtual host '%s' not taken out of it: %s (trying"
+                            " again after the next batch)", queue, vhost, exc)
+                continue
+            handed += len(ids)
+            del self._unsettled[(vhost, queue)]
+        return handed
 
     # -- republishing --------------------------------------------------------------------
 

@@ -43,6 +43,9 @@ def add_command(jobs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
                      help="the broker to republish to: host, port, credentials, TLS (amqps://); each"
                           " dead letter goes back to its own virtual host (default: $DELTAMQ_AMQP_URL"
                           " or amqp://localhost:5672/)")
+    dlq.add_argument("--url", default=os.environ.get("DELTAMQ_URL", "http://localhost:8080"),
+                     help="the broker's HTTP management, where curated dead letters are taken out of their"
+                          " queue (policy 'settle'; default: $DELTAMQ_URL or http://localhost:8080)")
     dlq.add_argument("--username", default=os.environ.get("DELTAMQ_USERNAME"),
                      help="AMQP user (default: $DELTAMQ_USERNAME, else the URL's, else guest)")
     dlq.add_argument("--password", default=os.environ.get("DELTAMQ_PASSWORD"),
@@ -93,7 +96,7 @@ def _process(spark: Any, policy: Any, args: argparse.Namespace, checkpoint: str)
         return publisher
 
     job = DeadLetterJob(spark, policy, data_dir=args.data_dir, node=args.node, checkpoint=checkpoint,
-                        republisher=republisher)
+                        republisher=republisher, settler=settler(args))
     stop = threading.Event()
     try:
         if args.once:
@@ -110,6 +113,29 @@ def _process(spark: Any, policy: Any, args: argparse.Namespace, checkpoint: str)
         return _fail(f"the job failed: {exc}", 1)
     print(f"{_PROG}: {job.summary.line(job.waiting())}", file=sys.stderr)
     return 0
+
+
+#: the lease consumer the job settles dead letters as (shown among the queue's consumers)
+SETTLING_CONSUMER = "deltamq-dlq"
+
+
+def settler(args: argparse.Namespace) -> Any:
+    """Takes dead letters out of a queue through the broker's Queue operation ``settleMessages``."""
+    import uuid
+    from urllib.parse import unquote, urlparse
+
+    from broker.messaging.leases import id_ranges
+    from lakehouse.lease_client import LeaseClient
+
+    amqp = urlparse(args.amqp_url)
+    user = args.username or (unquote(amqp.username) if amqp.username else "guest")
+    password = args.password or (unquote(amqp.password) if amqp.password else "guest")
+    session = uuid.uuid4().hex
+
+    def settle(vhost: str, queue: str, ids: list[int]) -> None:
+        client = LeaseClient(args.url, args.node, vhost, queue, SETTLING_CONSUMER, session, user, password, 60)
+        client.settle(id_ranges(ids))
+    return settle
 
 
 def _start_session(jvm_log: Path) -> Any:

@@ -49,7 +49,7 @@ ATTEMPT_HEADER: Final = "x-deltamq-dlq-attempt"
 #: the header a republished message carries: the deterministic id of that republish
 REPUBLISH_ID_HEADER: Final = "x-deltamq-dlq-republish-id"
 
-_TOP_KEYS = ("dead_letter_queues", "vhost", "curated_table", "default_action", "retry", "rule")
+_TOP_KEYS = ("dead_letter_queues", "vhost", "curated_table", "default_action", "settle", "retry", "rule")
 _RETRY_KEYS = ("max_attempts", "backoff_seconds", "backoff_multiplier", "backoff_max_seconds")
 _RULE_KEYS = ("name", "match", "action", "exchange", "routing_key", "set_headers", "remove_headers",
               "max_attempts")
@@ -121,6 +121,8 @@ class Policy:
     default_action: str = PARK
     retry: Retry = Retry()
     rules: tuple[Rule, ...] = ()
+    #: take each curated dead letter out of its dead-letter queue (acknowledged by the job)
+    settle: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +195,9 @@ def parse_policy(text: str, *, source: str = "policy", base: Path = Path(".")) -
     if vhost is not None and (not isinstance(vhost, str) or not vhost):
         raise PolicyError(f"{where}: 'vhost' must be a virtual host name (a non-empty string)")
     default_action = _action(document.get("default_action", PARK), f"{where}: 'default_action'")
+    settle = document.get("settle", True)
+    if not isinstance(settle, bool):
+        raise PolicyError(f"{where}: 'settle' must be true or false (got {settle!r})")
     retry = _retry(document.get("retry", {}), f"{where}: [retry]")
     raw_rules = document.get("rule", [])
     if not isinstance(raw_rules, list):
@@ -205,7 +210,7 @@ def parse_policy(text: str, *, source: str = "policy", base: Path = Path(".")) -
     location = Path(table)
     return Policy(dead_letter_queues=tuple(queues),
                   curated_table=location if location.is_absolute() or "://" in table else base / location,
-                  vhost=vhost, default_action=default_action, retry=retry, rules=rules)
+                  vhost=vhost, default_action=default_action, retry=retry, rules=rules, settle=settle)
 
 
 def _known(table: Mapping[str, Any], keys: Sequence[str], where: str) -> None:

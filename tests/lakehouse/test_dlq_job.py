@@ -311,3 +311,45 @@ def test_a_batch_written_twice_adds_its_rows_once(spark: Any, broker: DeltaMQPro
     assert [r[:2] for r in curated(job, "dead_letter_queue, state")] == [("t.dlq", "pending")]
     job.process_batch(journal, 6)            # a later batch id is written (so the skip above was the key's)
     assert len(curated(job, "dead_letter_queue, state")) == 2
+
+
+def test_curated_dead_letters_leave_their_queue_acknowledged_by_the_job(spark: Any, broker: DeltaMQProcess,
+                                                                      tmp_path: Path) -> None:
+    """Policy ``settle`` (the default): once curated, a dead letter is taken out of its dead-letter queue."""
+    import argparse
+
+    import httpx
+
+    from lakehouse.dlq_command import SETTLING_CONSUMER, settler
+
+    channel = connect(broker)
+    declare(channel, "s")
+    for body in (b"first", b"second"):
+        publish(channel, "s", "work", body, kind="order")
+    reject_all(channel, "s.work", 2)
+    wait_until(lambda: depth(channel, "s.dlq") == 2, 30, what="two dead letters in s.dlq")
+    args = argparse.Namespace(url=f"http://127.0.0.1:{broker.http_port}", node="default", username=None,
+                              password=None, amqp_url=f"amqp://guest:guest@127.0.0.1:{broker.amqp_port}/")
+    text = policy_text("s", tmp_path / "curated", backoff=3600)
+    job = make_job(spark, broker, text, tmp_path / "checkpoint")
+    job._settler = settler(args)
+    summary = job.run_once()
+    assert sum(summary.classified.values()) == 2
+    assert depth(channel, "s.dlq") == 0
+    queue = httpx.get(f"{args.url}/api/latest/queue/default/default/s.dlq", auth=("guest", "guest"),
+                      timeout=30).json()
+    assert queue["statistics"]["queueDepthMessages"] == 0
+    # the broker journaled the acknowledgements: its recovery would not bring them back
+    from lakehouse.queue_reads import live_messages
+
+    assert live_messages(str(broker.dir / "data" / "default" / "journal"), "s.dlq") == ([], {})
+    # a job whose policy says settle = false leaves them (the curated table is then the only record kept)
+    publish(channel, "s", "work", b"third", kind="order")
+    reject_all(channel, "s.work", 1)
+    wait_until(lambda: depth(channel, "s.dlq") == 1, 30, what="a third dead letter")
+    keeping = make_job(spark, broker, text + "\n", tmp_path / "checkpoint")
+    keeping._settler = None
+    assert sum(keeping.run_once().classified.values()) == 1
+    assert depth(channel, "s.dlq") == 1
+    assert SETTLING_CONSUMER == "deltamq-dlq"
+    channel.connection.close()

@@ -86,6 +86,7 @@ HEAD = 'dead_letter_queues = ["q.dlq"]\ncurated_table = "t"\n'
     (HEAD + 'dead_letter_queue = "x"',
      "p.toml: unknown key 'dead_letter_queue' (known: dead_letter_queues, vhost, curated_table,"),
     (HEAD + 'vhost = ""', "p.toml: 'vhost' must be a virtual host name"),
+    (HEAD + 'settle = "yes"', "p.toml: 'settle' must be true or false (got 'yes')"),
     (HEAD + 'default_action = "requeue"',
      "p.toml: 'default_action' must be one of republish, park, drop (got 'requeue')"),
     (HEAD + "[retry]\nmax_attempts = -1", "p.toml: [retry] 'max_attempts' must be an integer >= 0 (got -1)"),
