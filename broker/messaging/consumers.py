@@ -4,21 +4,21 @@ Consumers are served round-robin; one whose ``can_deliver`` says no is
 skipped.  With consumer priorities (RabbitMQ's ``x-priority``) the
 highest-priority consumer with credit wins, round-robin among equals.  With
 single-active-consumer only the first registered consumer receives messages,
-and the next one takes over when it goes.
+and the next one takes over when it goes.  ``add_consumer`` does not deliver:
+the engine announces the consumer (basic.consume-ok) and then calls
+:meth:`ConsumerDispatch.dispatch`, as it does whenever credit returns.
 
 A consumer may carry a message selector (its ``selector`` attribute, a
 :class:`~broker.messaging.selectors.Selector`, as Broker-J's consumer
 filters): it is offered only the messages the selector matches, and a message
 no consumer matches stays in the queue while later ones go past it.  While no
-consumer of the queue has a selector, none of this costs anything: dispatch
-takes the head and stops at the first message nobody can take, as before.
-With selectors, dispatch looks past messages that consumers with credit do
-not match (and puts them back where they were); it stops when no consumer has
-credit.  The price is a scan of those unmatched messages whenever dispatch
-runs (Broker-J keeps a cursor per consumer instead): a queue where messages
-nobody selects pile up should get a consumer for them, or a TTL.  ``add_consumer`` does not deliver:
-the engine announces the consumer (basic.consume-ok) and then calls
-:meth:`ConsumerDispatch.dispatch`, as it does whenever credit returns.
+consumer of the queue has a selector, dispatch takes the head and stops at the
+first message nobody can take.  With selectors, it looks past messages that
+the consumers with credit do not match (putting them back where they were)
+and stops only when no consumer has credit.  The price is a scan of those
+unmatched messages whenever dispatch runs (Broker-J keeps a cursor per
+consumer instead): a queue where messages nobody selects pile up should get a
+consumer for them, or a TTL.
 
 :class:`ConsumerDispatch` is that part of :class:`~broker.messaging.queue.Queue`;
 its state lives in the queue's slots.

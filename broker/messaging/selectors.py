@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import datetime
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any, Callable, Final, Mapping
@@ -182,19 +183,26 @@ def _priority(facts: _Facts) -> int:
     return DEFAULT_PRIORITY if priority is None else priority
 
 
-def _timestamp_ms(facts: _Facts) -> int:
-    seconds = facts.view().timestamp
-    return 0 if seconds is None else seconds * 1000    # JMS: 0 when the sender set none
+def _timestamp_ms(facts: _Facts) -> int | None:
+    """The timestamp (seconds in the common view) in milliseconds; JMS's 0 when there is none."""
+    stamp: Any = facts.view().timestamp
+    if stamp is None:
+        return 0
+    if isinstance(stamp, datetime):
+        return int(stamp.timestamp() * 1000)
+    if _is_number(stamp):
+        return int(stamp * 1000)
+    return None
 
 
 def _ttl_ms(facts: _Facts) -> int | None:
-    expiration = facts.view().expiration
-    return int(expiration) if expiration is not None and expiration.isdigit() else None
+    expiration: Any = facts.view().expiration
+    return int(expiration) if isinstance(expiration, str) and expiration.isdigit() else None
 
 
 def _field(name: str) -> Evaluator:
     def field(facts: _Facts) -> Any:
-        return getattr(facts.view(), name)
+        return jms_value(getattr(facts.view(), name))
     return field
 
 

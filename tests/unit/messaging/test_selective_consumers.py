@@ -221,3 +221,20 @@ def test_dead_letters_follow_selective_bindings() -> None:
         assert entry is not None
         work.reject(entry)
     assert drain(namespace.queue("red-letters")) == [b"r"]
+
+
+def test_selective_bindings_survive_a_restore_and_bad_stored_ones_are_skipped(
+        caplog: pytest.LogCaptureFixture) -> None:
+    namespace = Namespace(vhost_name="default", clock=FakeClock())
+    namespace.declare_exchange("x", "fanout", durable=True)
+    namespace.declare_queue("q", durable=True)
+    namespace.bind_queue("q", "x", "", {SELECTOR_ARGUMENT: "n = 1"})
+    records = namespace.records()
+    stored_badly = {"object": "binding", "source": "x", "destination": "q", "destination_type": "queue",
+                    "routing_key": "other", "arguments": {SELECTOR_ARGUMENT: "n ="}}
+    restored = Namespace(vhost_name="default", clock=FakeClock())
+    restored.restore([*records, stored_badly])
+    assert [b.routing_key for b in restored.queue("q").bindings] == [""]
+    assert "not restored" in caplog.text and "position 3" in caplog.text
+    assert [q.name for q in restored.route("x", message("m", headers={"n": 1}))] == ["q"]
+    assert restored.route("x", message("m", headers={"n": 2})) == []
