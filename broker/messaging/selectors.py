@@ -106,7 +106,10 @@ class Selector:
 
     def matches(self, message: Message, *, redelivered: bool = False, delivery_count: int = 0) -> bool:
         """Whether ``message`` is selected: the selector is true for it (not false, not unknown)."""
-        return self.evaluate(message, redelivered=redelivered, delivery_count=delivery_count) is True
+        try:
+            return self._test(_Facts(message, redelivered, delivery_count)) is True
+        except ArithmeticError:
+            return False
 
     def __repr__(self) -> str:
         return f"Selector({self.text!r})"
@@ -174,7 +177,11 @@ def _header(name: str) -> Evaluator:
         headers = facts.view().headers
         if not headers:
             return None
-        return jms_value(headers.get(name))
+        value = headers.get(name)
+        kind = type(value)
+        if kind is str or kind is int or kind is float or kind is bool or value is None:
+            return value
+        return jms_value(value)
     return header
 
 
