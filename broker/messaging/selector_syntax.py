@@ -164,6 +164,7 @@ _ID, _STRING, _NUMBER, _KEYWORD, _SYMBOL, _END = "identifier", "string", "number
 
 _SYMBOLS = ("<>", "<=", ">=", "=", "<", ">", "+", "-", "*", "/", "%", "(", ")", ",")
 _SPACE = " \t\n\r\f"
+_DIGITS = frozenset("0123456789")   # ASCII only: str.isdigit() takes '¹' and '٣' too
 _OCTAL = frozenset("01234567")
 _HEX = frozenset("0123456789abcdefABCDEF")
 
@@ -216,7 +217,7 @@ def _tokens(text: str) -> list[_Token]:
         if char == "'" or char == '"':
             value, index = _quoted(text, index, char)
             out.append(_Token(_STRING if char == "'" else _ID, value, start))
-        elif char.isdigit() or (char == "." and index + 1 < length and text[index + 1].isdigit()):
+        elif char in _DIGITS or (char == "." and index + 1 < length and text[index + 1] in _DIGITS):
             number, index = _number(text, index)
             out.append(_Token(_NUMBER, number, start))
         elif _identifier_start(char):
@@ -261,7 +262,7 @@ def _number(text: str, index: int) -> tuple[int | float, int]:
     start, length = index, len(text)
 
     def digits(at: int) -> int:
-        while at < length and text[at].isdigit():
+        while at < length and text[at] in _DIGITS:
             at += 1
         return at
 
@@ -281,7 +282,7 @@ def _number(text: str, index: int) -> tuple[int | float, int]:
         exponent = end + 1
         if exponent < length and text[exponent] in "+-":
             exponent += 1
-        if exponent < length and text[exponent].isdigit():
+        if exponent < length and text[exponent] in _DIGITS:
             is_float = True
             end = digits(exponent)
     literal = text[start:end]

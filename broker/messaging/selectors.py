@@ -204,7 +204,8 @@ def _timestamp_ms(facts: _Facts) -> int | None:
 
 def _ttl_ms(facts: _Facts) -> int | None:
     expiration: Any = facts.view().expiration
-    return int(expiration) if isinstance(expiration, str) and expiration.isdigit() else None
+    return int(expiration) if isinstance(expiration, str) and expiration.isascii() \
+        and expiration.isdigit() else None
 
 
 def _field(name: str) -> Evaluator:

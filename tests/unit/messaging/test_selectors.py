@@ -6,6 +6,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from broker.errors import PreconditionFailed
 from broker.messaging.message import Message, MessageProperties
@@ -158,6 +160,8 @@ ERRORS: list[tuple[str, int, str]] = [
     ('"color = 1', 0, "unterminated quoted identifier"),
     ("a = 1 /* open", 6, "unterminated comment"),
     ("a # 1", 2, "unexpected character '#'"),
+    ("\u00b9 = 1", 0, "unexpected character"),          # a superscript one is no digit
+    ("a = \u0663", 4, "unexpected character"),           # nor is an Arabic-Indic three
     ("a = NULL", 4, "NULL cannot be compared"),
     ("NULL <> a", 5, "NULL cannot be compared"),
     ("'a' > 1", 0, "operand of '>' must be numeric"),
@@ -253,3 +257,36 @@ def test_the_selector_argument() -> None:
         selector_of({SELECTOR_ARGUMENT: b"\xff"})
     with pytest.raises(SelectorError):
         selector_of({SELECTOR_ARGUMENT: "size ="})
+
+
+# -- hostile input: whatever the text, the answer is a selector or a SelectorError ------------------
+
+_PIECES = ["a", "b", "color", "JMSPriority", "amqp.ttl", '"q-id"', "'x'", "'it''s'", "''", "1", "0x1F", "017",
+           "2.5", ".5e3", "TRUE", "FALSE", "NULL", "NOT", "AND", "OR", "BETWEEN", "LIKE", "ESCAPE", "IN",
+           "IS", "(", ")", ",", "=", "<>", "<", "<=", ">", ">=", "+", "-", "*", "/", "%", "--", "/*", "*/",
+           "\n", " "]
+
+_FUZZ_MESSAGE = message(b"x", headers={"a": 0, "b": -3, "color": "red", "q-id": 2.5, "x": True,
+                                       "big": 10 ** 400, "t": {"k": [1]}})
+
+
+def _survives(text: str) -> None:
+    try:
+        selector = compile_selector(text)
+    except SelectorError as error:
+        assert 0 <= error.position <= len(text)
+        return
+    assert selector.evaluate(_FUZZ_MESSAGE) in (True, False, None)
+    assert selector.evaluate(message(b"x")) in (True, False, None)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=40).map(" ".join))
+def test_token_soup_parses_or_fails_cleanly(text: str) -> None:
+    _survives(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=120))
+def test_any_text_parses_or_fails_cleanly(text: str) -> None:
+    _survives(text)
