@@ -238,3 +238,15 @@ def test_selective_bindings_survive_a_restore_and_bad_stored_ones_are_skipped(
     assert "not restored" in caplog.text and "position 3" in caplog.text
     assert [q.name for q in restored.route("x", message("m", headers={"n": 1}))] == ["q"]
     assert restored.route("x", message("m", headers={"n": 2})) == []
+
+
+def test_an_exchange_to_exchange_binding_can_select_too() -> None:
+    namespace = Namespace(vhost_name="default", clock=FakeClock())
+    namespace.declare_exchange("all", "fanout")
+    namespace.declare_exchange("urgent", "fanout")
+    namespace.declare_queue("pager")
+    namespace.bind_queue("pager", "urgent", "")
+    namespace.bind_exchange("urgent", "all", "", {SELECTOR_ARGUMENT: "JMSPriority >= 8"})
+    assert [q.name for q in namespace.route("all", message("m", priority=9))] == ["pager"]
+    assert namespace.route("all", message("m", priority=5)) == []
+    assert namespace.route("all", message("m")) == []           # no priority: JMS's 4
