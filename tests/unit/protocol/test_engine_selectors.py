@@ -6,6 +6,7 @@ import pytest
 
 from broker.messaging.message import MessageProperties
 from broker.protocol.amqp0_9_1 import methods as m
+from broker.protocol.detect import AmqpVersion
 
 from .harness import Client, Delivery, FakeHost
 
@@ -138,3 +139,19 @@ def test_a_binding_is_identified_by_its_selector_for_unbind(client: Client, host
     client.send(1, m.BasicGet(queue="orders", no_ack=True))
     assert client.expect(Delivery, 1).body == b"n2"
     assert host.namespace.queue("orders").message_count == 0
+
+
+@pytest.mark.parametrize("version", [AmqpVersion.V0_8, AmqpVersion.V0_9])
+def test_qpid_clients_of_0_8_and_0_9_filter_the_same_way(host: FakeHost, version: AmqpVersion) -> None:
+    old = Client(host, version)
+    old.handshake()
+    old.open_channel(1)
+    old.send(1, m.QueueDeclare(queue="legacy"))
+    old.expect(m.QueueDeclareOk)
+    old.send(1, m.BasicConsume(queue="legacy", consumer_tag="c", no_ack=True,
+                               arguments={SELECTOR: "JMSType = 'wanted'"}))
+    old.expect(m.BasicConsumeOk)
+    for kind in ("other", "wanted"):
+        old.publish(1, "", "legacy", kind.encode(), MessageProperties(type=kind))
+    assert [d.body for d in old.deliveries()] == [b"wanted"]
+    assert host.namespace.queue("legacy").message_count == 1
