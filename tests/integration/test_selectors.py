@@ -3,6 +3,8 @@ on basic.consume and queue.bind (RabbitMQ has no selectors: skipped against it).
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import Any
 
 import pika
@@ -12,6 +14,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from tests.waiting import wait_until
 
+from .conftest import DeltaMQProcess
 from .support import unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30, func_only=True), pytest.mark.deltamq_only]
@@ -93,3 +96,28 @@ def test_a_bad_selector_closes_the_channel_with_406(conn: pika.BlockingConnectio
         other.queue_bind(queue, "amq.fanout", arguments={SELECTOR: "size BETWEEN 1 OR 2"})
     assert info.value.reply_code == 406 and "expected AND" in info.value.reply_text
     conn.channel().queue_delete(queue)
+
+
+@pytest.mark.timeout(120, func_only=True)
+def test_a_durable_selective_binding_survives_a_restart() -> None:
+    if os.environ.get("DELTAMQ_TEST_AMQP_URL"):
+        pytest.skip("starts a broker of its own: DeltaMQ only")
+    with DeltaMQProcess() as proc:
+        def channel() -> BlockingChannel:
+            return pika.BlockingConnection(
+                pika.ConnectionParameters("127.0.0.1", proc.amqp_port)).channel()
+
+        ch = channel()
+        ch.exchange_declare("events", "fanout", durable=True)
+        ch.queue_declare("big-events", durable=True)
+        ch.queue_bind("big-events", "events", arguments={SELECTOR: "size > 10"})   # ok once stored
+        assert proc.proc is not None
+        os.killpg(proc.proc.pid, signal.SIGKILL)
+        proc.proc.wait(timeout=30)
+        proc.start()
+        ch = channel()
+        ch.confirm_delivery()
+        for size in (5, 50):
+            _publish(ch, "events", "", f"size-{size}".encode(), size=size)
+        assert ch.queue_declare("big-events", passive=True).method.message_count == 1
+        assert ch.basic_get("big-events", auto_ack=True)[2] == b"size-50"
