@@ -8,23 +8,56 @@ and the next one takes over when it goes.  ``add_consumer`` does not deliver:
 the engine announces the consumer (basic.consume-ok) and then calls
 :meth:`ConsumerDispatch.dispatch`, as it does whenever credit returns.
 
+A consumer may carry a message selector (its ``selector`` attribute, a
+:class:`~broker.messaging.selectors.Selector`, as Broker-J's consumer
+filters): it is offered only the messages the selector matches, and a message
+no consumer matches stays in the queue while later ones go past it.  While no
+consumer of the queue has a selector, dispatch takes the head and stops at the
+first message nobody can take.  With selectors, it looks past messages that
+the consumers with credit do not match (putting them back where they were)
+and stops only when no consumer has credit.  The price is a scan of those
+unmatched messages whenever dispatch runs (Broker-J keeps a cursor per
+consumer instead): a queue where messages nobody selects pile up should get a
+consumer for them, or a TTL.
+
 :class:`ConsumerDispatch` is that part of :class:`~broker.messaging.queue.Queue`;
 its state lives in the queue's slots.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, cast
+from typing import TYPE_CHECKING, Callable, Iterator, cast
 
 from broker.errors import AccessRefused
 from broker.messaging.journal import ACKED, MessageJournal
 from broker.messaging.message import Message
 from broker.messaging.queue_entry import ACQUIRED, SETTLED, Consumer, QueueEntry, QueueHost
+from broker.messaging.selectors import Selector
 
 if TYPE_CHECKING:
     from broker.messaging.queue import Queue
 
-__all__ = ["ConsumerDispatch"]
+__all__ = ["ConsumerDispatch", "DELIVERED"]
+
+# What offering an entry to selective consumers came to
+DELIVERED, _UNMATCHED, _NO_CREDIT = 0, 1, 2
+
+
+def _selector(consumer: Consumer) -> Selector | None:
+    return getattr(consumer, "selector", None)
+
+
+def _priority_groups(consumers: list[Consumer]) -> Iterator[tuple[int, int, int]]:
+    """(priority, first index, size) of each run of equal priority, highest first."""
+    count = len(consumers)
+    start = 0
+    while start < count:
+        priority = getattr(consumers[start], "priority", 0)
+        end = start + 1
+        while end < count and getattr(consumers[end], "priority", 0) == priority:
+            end += 1
+        yield priority, start, end - start
+        start = end
 
 
 class ConsumerDispatch:
@@ -47,6 +80,7 @@ class ConsumerDispatch:
     _consumers: list[Consumer]
     _next_consumer: int
     _prioritised: bool
+    _filtered: bool
     _priority_cursor: dict[int, int]
     _exclusive_consumer: bool
     _sac: bool
@@ -93,6 +127,7 @@ class ConsumerDispatch:
         if index < self._next_consumer:
             self._next_consumer += 1
         self._prioritised = any(getattr(c, "priority", 0) for c in consumers)
+        self._filtered = any(_selector(c) is not None for c in consumers)
         self._exclusive_consumer = exclusive
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -110,6 +145,7 @@ class ConsumerDispatch:
         if index < self._next_consumer:
             self._next_consumer -= 1
         self._prioritised = any(getattr(c, "priority", 0) for c in consumers)
+        self._filtered = any(_selector(c) is not None for c in consumers)
         self._exclusive_consumer = False
         if consumers:
             self.dispatch()  # with single-active-consumer, the next one takes over
@@ -123,6 +159,8 @@ class ConsumerDispatch:
         consumers = self._consumers
         if not consumers or not self._ready or self._dispatching or self._deleted:
             return
+        selective = self._filtered
+        passed: list[QueueEntry] = []     # entries no consumer with credit selects, put back at the end
         self._dispatching = True
         try:
             now = self._clock() if self._timed else None
@@ -138,13 +176,82 @@ class ConsumerDispatch:
                     if expiry is not None and expiry <= now:
                         self._retire(entry, "expired")
                         continue
-                if not self._offer(entry, consumers):
+                if selective:
+                    outcome = self._offer_selective(entry, consumers)
+                    if outcome == DELIVERED:
+                        continue
+                    self._ready += 1
+                    self._ready_bytes += len(message.body)
+                    passed.append(entry)
+                    if outcome == _NO_CREDIT:
+                        break
+                elif not self._offer(entry, consumers):
                     self._ready += 1
                     self._ready_bytes += len(message.body)
                     self._put_back(entry)
                     break
         finally:
+            for entry in passed:
+                self._put_back(entry)
             self._dispatching = False
+
+    def _wanted(self, message: Message) -> bool:
+        """Some consumer would take ``message`` (a selective queue's arrival behind others)."""
+        for consumer in self._consumers:
+            selector = _selector(consumer)
+            if selector is None or selector.matches(message):
+                return True
+        return False
+
+    def _offer_selective(self, entry: QueueEntry, consumers: list[Consumer]) -> int:
+        """Hand ``entry`` to the next consumer with credit whose selector matches it.
+
+        The order is the usual one (single active consumer; priorities with
+        round-robin among equals; round-robin).  The outcome says whether it
+        was delivered, or else whether any consumer had credit for it.
+        """
+        message = entry.message
+        credit = False
+        for index in self._offer_order(consumers):
+            consumer = consumers[index]
+            if not consumer.can_deliver(entry):
+                continue
+            credit = True
+            selector = _selector(consumer)
+            if selector is not None and not selector.matches(
+                    message, redelivered=entry.redelivered, delivery_count=entry.delivery_count):
+                continue
+            self._advance_past(index, consumers)
+            self._hand_out(entry, consumer.no_ack)
+            consumer.deliver(entry)
+            return DELIVERED
+        return _UNMATCHED if credit else _NO_CREDIT
+
+    def _offer_order(self, consumers: list[Consumer]) -> list[int]:
+        """Indices of ``consumers`` in the order an entry is offered to them."""
+        count = len(consumers)
+        if self._sac:
+            return [0] if count else []
+        if not self._prioritised:
+            start = self._next_consumer
+            return [(start + step) % count for step in range(count)]
+        order: list[int] = []
+        for priority, start, size in _priority_groups(consumers):
+            cursor = self._priority_cursor.get(priority, 0) % size
+            order.extend(start + (cursor + step) % size for step in range(size))
+        return order
+
+    def _advance_past(self, index: int, consumers: list[Consumer]) -> None:
+        """Round-robin: the consumer after ``index`` (among its priority's) is offered next."""
+        if self._sac:
+            return
+        if not self._prioritised:
+            self._next_consumer = index + 1
+            return
+        for priority, start, size in _priority_groups(consumers):
+            if start <= index < start + size:
+                self._priority_cursor[priority] = (index - start + 1) % size
+                return
 
     def _offer(self, entry: QueueEntry, consumers: list[Consumer]) -> bool:
         """Hand ``entry`` to the next consumer able to take it; False when none can."""
@@ -199,19 +306,11 @@ class ConsumerDispatch:
 
     def _by_priority(self, entry: QueueEntry, consumers: list[Consumer]) -> Consumer | None:
         """The highest-priority consumer with credit; round-robin among equals (RabbitMQ)."""
-        count = len(consumers)
-        start = 0
-        while start < count:
-            priority = getattr(consumers[start], "priority", 0)
-            end = start + 1
-            while end < count and getattr(consumers[end], "priority", 0) == priority:
-                end += 1
-            size = end - start
+        for priority, start, size in _priority_groups(consumers):
             cursor = self._priority_cursor.get(priority, 0) % size
             for step in range(size):
                 index = start + (cursor + step) % size
                 if consumers[index].can_deliver(entry):
                     self._priority_cursor[priority] = (cursor + step + 1) % size
                     return consumers[index]
-            start = end
         return None

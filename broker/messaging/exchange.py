@@ -11,6 +11,13 @@ so routing allocates nothing: direct maps routing key -> tuple of
 destinations, fanout keeps one tuple, topic walks a trie (with a small cache
 of answers per routing key), headers tests each binding's parsed match rule.
 Bindings that differ only in arguments route to their destination once.
+
+A binding may carry a message selector (Broker-J's ``x-filter-jms-selector``
+binding argument): it then routes only the messages the selector matches.
+Such a binding enters its type's index as a :class:`FilteredRoute` (its
+destination and selector) instead of the bare destination, and routing
+resolves those to the destinations whose selector matches; an exchange with
+no selective binding never looks.
 """
 
 from __future__ import annotations
@@ -21,15 +28,45 @@ from broker.errors import PreconditionFailed
 from broker.messaging.arguments import alternate_exchange_of
 from broker.messaging.message import Message
 from broker.messaging.records import to_json_value
+from broker.messaging.selectors import Selector, selector_of
 from broker.messaging.topic_trie import TopicTrie
 
 if TYPE_CHECKING:
     from broker.messaging.queue import Queue
 
 __all__ = ["Binding", "Exchange", "DirectExchange", "FanoutExchange", "TopicExchange",
-           "HeadersExchange", "EXCHANGE_TYPES", "Destination"]
+           "HeadersExchange", "EXCHANGE_TYPES", "Destination", "FilteredRoute"]
 
 Destination = Union["Queue", "Exchange"]
+
+
+class FilteredRoute:
+    """A selective binding's place in its exchange's index: where to, and for which messages."""
+
+    __slots__ = ("destination", "selector")
+
+    def __init__(self, destination: Destination, selector: Selector) -> None:
+        self.destination = destination
+        self.selector = selector
+
+    def __repr__(self) -> str:
+        return f"<FilteredRoute to {self.destination.name!r} where {self.selector.text!r}>"
+
+
+Route = Union["Queue", "Exchange", FilteredRoute]
+
+
+def _admitted(found: Sequence[Route], message: Message) -> tuple[Destination, ...]:
+    """The destinations of ``found``, selective routes only when their selector matches, each once."""
+    chosen: dict[Destination, None] = {}
+    for route in found:
+        if type(route) is FilteredRoute:
+            destination = route.destination
+            if destination not in chosen and route.selector.matches(message):
+                chosen[destination] = None
+        else:
+            chosen[route] = None  # type: ignore[index]
+    return tuple(chosen)
 
 
 def _freeze(value: Any) -> Hashable:
@@ -50,7 +87,7 @@ def _freeze(value: Any) -> Hashable:
 class Binding:
     """A route from a source exchange to a queue or exchange."""
 
-    __slots__ = ("source", "destination", "routing_key", "arguments", "identity")
+    __slots__ = ("source", "destination", "routing_key", "arguments", "identity", "selector", "route")
 
     def __init__(self, source: Exchange, destination: Destination, routing_key: str,
                  arguments: dict[str, Any] | None = None) -> None:
@@ -60,6 +97,10 @@ class Binding:
         self.arguments: dict[str, Any] = dict(arguments or {})
         # (destination, key, arguments): RabbitMQ's notion of "the same binding"
         self.identity: Hashable = (id(destination), routing_key, _freeze(self.arguments))
+        #: the x-filter-jms-selector argument compiled (SelectorError, 406, when it is no selector)
+        self.selector = selector_of(self.arguments)
+        #: what the exchange's index holds for this binding
+        self.route: Route = destination if self.selector is None else FilteredRoute(destination, self.selector)
 
     @property
     def durable(self) -> bool:
@@ -86,7 +127,7 @@ class Exchange:
     type: ClassVar[str] = ""
 
     __slots__ = ("name", "vhost", "durable", "auto_delete", "internal", "arguments", "alternate",
-                 "bindings", "bindings_in", "deleted", "_exchange_destinations")
+                 "bindings", "bindings_in", "deleted", "_exchange_destinations", "_selective")
 
     def __init__(self, name: str, *, vhost: str = "", durable: bool = False,
                  auto_delete: bool = False, internal: bool = False,
@@ -105,6 +146,7 @@ class Exchange:
         self.bindings_in: set[Binding] = set()
         self.deleted = False
         self._exchange_destinations = 0
+        self._selective = 0   # bindings with a selector
 
     @property
     def routes_to_exchanges(self) -> bool:
@@ -118,6 +160,8 @@ class Exchange:
         self.bindings[binding.identity] = binding
         if isinstance(binding.destination, Exchange):
             self._exchange_destinations += 1
+        if binding.selector is not None:
+            self._selective += 1
         return True
 
     def find_binding(self, destination: Destination, routing_key: str,
@@ -133,6 +177,8 @@ class Exchange:
         self._unbind(binding)
         if isinstance(binding.destination, Exchange):
             self._exchange_destinations -= 1
+        if binding.selector is not None:
+            self._selective -= 1
         return True
 
     def route(self, message: Message) -> Sequence[Destination]:
@@ -160,16 +206,16 @@ class _CountedDestinations:
     __slots__ = ("counts", "members")
 
     def __init__(self) -> None:
-        self.counts: dict[Destination, int] = {}
-        self.members: tuple[Destination, ...] = ()
+        self.counts: dict[Route, int] = {}
+        self.members: tuple[Route, ...] = ()
 
-    def add(self, destination: Destination) -> None:
+    def add(self, destination: Route) -> None:
         count = self.counts.get(destination, 0)
         self.counts[destination] = count + 1
         if not count:
             self.members = self.members + (destination,)
 
-    def remove(self, destination: Destination) -> None:
+    def remove(self, destination: Route) -> None:
         count = self.counts.get(destination, 0)
         if count > 1:
             self.counts[destination] = count - 1
@@ -191,18 +237,20 @@ class DirectExchange(Exchange):
 
     def route(self, message: Message) -> Sequence[Destination]:
         routes = self._routes.get(message.routing_key)
-        return routes.members if routes is not None else ()
+        if routes is None:
+            return ()
+        return _admitted(routes.members, message) if self._selective else routes.members  # type: ignore[return-value]
 
     def _bind(self, binding: Binding) -> None:
         routes = self._routes.get(binding.routing_key)
         if routes is None:
             routes = self._routes[binding.routing_key] = _CountedDestinations()
-        routes.add(binding.destination)
+        routes.add(binding.route)
 
     def _unbind(self, binding: Binding) -> None:
         routes = self._routes.get(binding.routing_key)
         if routes is not None:
-            routes.remove(binding.destination)
+            routes.remove(binding.route)
             if not routes.counts:
                 del self._routes[binding.routing_key]
 
@@ -219,13 +267,14 @@ class FanoutExchange(Exchange):
         self._all = _CountedDestinations()
 
     def route(self, message: Message) -> Sequence[Destination]:
-        return self._all.members
+        members = self._all.members
+        return _admitted(members, message) if self._selective else members  # type: ignore[return-value]
 
     def _bind(self, binding: Binding) -> None:
-        self._all.add(binding.destination)
+        self._all.add(binding.route)
 
     def _unbind(self, binding: Binding) -> None:
-        self._all.remove(binding.destination)
+        self._all.remove(binding.route)
 
 
 class TopicExchange(Exchange):
@@ -239,8 +288,8 @@ class TopicExchange(Exchange):
 
     def __init__(self, name: str, **kwargs: Any) -> None:
         super().__init__(name, **kwargs)
-        self._trie: TopicTrie[Destination] = TopicTrie()
-        self._cache: dict[str, tuple[Destination, ...]] = {}
+        self._trie: TopicTrie[Route] = TopicTrie()
+        self._cache: dict[str, tuple[Route, ...]] = {}
 
     def route(self, message: Message) -> Sequence[Destination]:
         key = message.routing_key
@@ -251,14 +300,14 @@ class TopicExchange(Exchange):
             if len(cache) >= self.CACHE_SIZE:
                 cache.clear()
             cache[key] = found
-        return found
+        return _admitted(found, message) if self._selective else found  # type: ignore[return-value]
 
     def _bind(self, binding: Binding) -> None:
-        self._trie.add(binding.routing_key, binding.destination)
+        self._trie.add(binding.routing_key, binding.route)
         self._cache.clear()
 
     def _unbind(self, binding: Binding) -> None:
-        self._trie.remove(binding.routing_key, binding.destination)
+        self._trie.remove(binding.routing_key, binding.route)
         self._cache.clear()
 
 
@@ -281,7 +330,7 @@ def _same_value(header: Any, wanted: Any) -> bool:
 class _HeadersRule:
     __slots__ = ("destination", "match_all", "pairs")
 
-    def __init__(self, destination: Destination, match_all: bool,
+    def __init__(self, destination: Route, match_all: bool,
                  pairs: tuple[tuple[str, Any], ...]) -> None:
         self.destination = destination
         self.match_all = match_all
@@ -318,11 +367,12 @@ class HeadersExchange(Exchange):
         if not rules:
             return ()
         headers = message.properties.headers or {}
-        found: dict[Destination, None] = {}
+        found: dict[Route, None] = {}
         for rule in rules.values():
             if rule.destination not in found and rule.matches(headers):
                 found[rule.destination] = None
-        return tuple(found)
+        routes = tuple(found)
+        return _admitted(routes, message) if self._selective else routes  # type: ignore[return-value]
 
     def _bind(self, binding: Binding) -> None:
         mode = _plain(binding.arguments.get("x-match", "all"))
@@ -332,7 +382,7 @@ class HeadersExchange(Exchange):
         match_all, with_x = _MATCH_MODES[mode]
         pairs = tuple((key, value) for key, value in binding.arguments.items()
                       if key != "x-match" and (with_x or not key.startswith("x-")))
-        self._rules[binding] = _HeadersRule(binding.destination, match_all, pairs)
+        self._rules[binding] = _HeadersRule(binding.route, match_all, pairs)
 
     def _unbind(self, binding: Binding) -> None:
         self._rules.pop(binding, None)

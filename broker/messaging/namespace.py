@@ -54,6 +54,7 @@ from broker.messaging.producer_sequences import ProducerSequences
 from broker.messaging.queue import Queue, QueueHost
 from broker.messaging.records import from_json_value
 from broker.messaging.routing import Routing
+from broker.messaging.selectors import SelectorError
 from broker.messaging.sorted_queue import SortedQueue
 
 log = logging.getLogger(__name__)
@@ -654,8 +655,14 @@ class Namespace(Routing):
             destination = self._queues.get(record["destination"])
         if source is None or destination is None:
             return
-        binding = Binding(source, destination, record.get("routing_key", ""),
-                          from_json_value(record.get("arguments") or {}))
+        try:
+            binding = Binding(source, destination, record.get("routing_key", ""),
+                              from_json_value(record.get("arguments") or {}))
+        except SelectorError as error:
+            # a selector stored before selectors were checked: better no route than one for everything
+            log.error("binding of %r to exchange %r not restored: %s",
+                      destination.name, source.name, error.text)
+            return
         if source.add_binding(binding):
             if isinstance(destination, Exchange):
                 destination.bindings_in.add(binding)

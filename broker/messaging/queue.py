@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable
 
 from broker.messaging.arguments import QueueSettings, queue_settings
 from broker.messaging.arrivals import ArrivalHold, enqueue_all
-from broker.messaging.consumers import ConsumerDispatch
+from broker.messaging.consumers import DELIVERED, ConsumerDispatch
 from broker.messaging.journal import ACKED, PURGED, REPLACED, Durability, MessageJournal, settle_outcome
 from broker.messaging.message import Message
 from broker.messaging.queue_entry import ACQUIRED, AVAILABLE, SETTLED, Consumer, QueueEntry, QueueHost
@@ -62,7 +62,7 @@ class Queue(ConsumerDispatch, ArrivalHold):
     __slots__ = (
         "name", "vhost", "durable", "journal", "auto_delete", "exclusive_owner", "arguments", "settings",
         "bindings", "_clock", "_host", "_consumers", "_next_consumer", "_exclusive_consumer",
-        "_prioritised", "_priority_cursor",
+        "_prioritised", "_priority_cursor", "_filtered",
         "_sac", "_ready", "_ready_bytes", "_unacked", "_unacked_bytes", "_dispatching",
         "_deleted", "_timed", "_ttl", "_limited", "_last_used", "_fresh", "_returned", "_taken",
         "_arriving", "_awaited",
@@ -91,6 +91,7 @@ class Queue(ConsumerDispatch, ArrivalHold):
         self._consumers: list[Consumer] = []
         self._next_consumer = 0
         self._prioritised = False                    # some consumer has an x-priority
+        self._filtered = False                       # some consumer has a message selector
         self._priority_cursor: dict[int, int] = {}   # round-robin position per priority
         self._exclusive_consumer = False
         self._sac = settings.single_active_consumer
@@ -185,7 +186,8 @@ class Queue(ConsumerDispatch, ArrivalHold):
         consumers = self._consumers
         if consumers and not self._ready and not self._dispatching:
             entry = self._new_entry(message)
-            if self._offer(entry, consumers):
+            if (self._offer_selective(entry, consumers) == DELIVERED) if self._filtered \
+                    else self._offer(entry, consumers):
                 return
             if self._timed and self._expired_on_arrival(message):
                 self._retire(entry, "expired")
@@ -200,6 +202,9 @@ class Queue(ConsumerDispatch, ArrivalHold):
             self._ready += 1
             self._ready_bytes += len(message.body)
             self._store(message)
+            if self._filtered and consumers and not self._dispatching and self._wanted(message):
+                # behind messages the consumers passed over, one of them wants this one
+                self.dispatch()
         if self._limited:
             self._drop_over_limit()
 

@@ -65,7 +65,14 @@ class QueueEntry:
 
 
 class Consumer(Protocol):
-    """What a queue needs from a consumer (implemented by protocol engines)."""
+    """What a queue needs from a consumer (implemented by protocol engines).
+
+    Two optional attributes, read with ``getattr`` when a consumer is added:
+    ``priority`` (int, RabbitMQ's ``x-priority``; default 0) and ``selector``
+    (a :class:`~broker.messaging.selectors.Selector` or None: the consumer is
+    offered only the messages it matches; see :mod:`broker.messaging.consumers`).
+    Both must stay as they were when the consumer was added.
+    """
 
     tag: str
     no_ack: bool

@@ -28,6 +28,7 @@ from broker.model.config_store import BackgroundStore, ConfigurationRecord, Dura
     LoopTicket
 from broker.model.configured_object import ConfiguredObject, State
 from broker.model.operations import operation
+from broker.messaging.selectors import SelectorError, compile_selector
 from broker.model.runtime import RuntimeObject
 
 if TYPE_CHECKING:
@@ -41,6 +42,9 @@ if TYPE_CHECKING:
 PERMANENT = "PERMANENT"
 DELETE_ON_NO_OUTBOUND_LINKS = "DELETE_ON_NO_OUTBOUND_LINKS"
 DELETE_ON_CONNECTION_CLOSE = "DELETE_ON_CONNECTION_CLOSE"
+
+_SELECTOR_PARAMETER = ("A JMS message selector: only the messages it matches (with messageIds:"
+                       " those of them it matches)")
 
 
 class NamespaceObject(RuntimeObject):
@@ -399,15 +403,15 @@ class Queue(NamespaceObject):
                returns=list,
                destination=attribute(str, mandatory=True, description="The queue to move to"),
                message_ids=attribute(list, of=int, description="Ids to move (default: all)"),
-               selector=attribute(str, description="Not supported: must be absent"),
+               selector=attribute(str, description=_SELECTOR_PARAMETER),
                limit=attribute(int, default=-1, description="At most this many (-1: no limit)"))
     def move_messages(self, destination: str, message_ids: list[int] | None,
                       selector: str | None, limit: int) -> list[int]:
         from broker.messaging.message import message_number
 
         live: LiveQueue = self.live_object
-        target = self._target_queue(destination, selector)
-        wanted = _numbered(message_ids)
+        target = self._target_queue(destination)
+        wanted = _chosen(self, message_ids, selector)
         with self.journal_transaction():
             moved = live.remove_ready(lambda e: wanted(e) and target.enqueue(e.message),
                                       limit=limit if limit >= 0 else None)
@@ -418,15 +422,15 @@ class Queue(NamespaceObject):
                returns=list,
                destination=attribute(str, mandatory=True, description="The queue to copy to"),
                message_ids=attribute(list, of=int, description="Ids to copy (default: all)"),
-               selector=attribute(str, description="Not supported: must be absent"),
+               selector=attribute(str, description=_SELECTOR_PARAMETER),
                limit=attribute(int, default=-1, description="At most this many (-1: no limit)"))
     def copy_messages(self, destination: str, message_ids: list[int] | None,
                       selector: str | None, limit: int) -> list[int]:
         from broker.messaging.message import message_number
 
         live: LiveQueue = self.live_object
-        target = self._target_queue(destination, selector)
-        entries = live.browse(_numbered(message_ids), limit=limit if limit >= 0 else None)
+        target = self._target_queue(destination)
+        entries = live.browse(_chosen(self, message_ids, selector), limit=limit if limit >= 0 else None)
         copied: list[int] = []
         with self.journal_transaction():
             for entry in entries:
@@ -438,21 +442,19 @@ class Queue(NamespaceObject):
                            " the ids deleted",
                returns=list,
                message_ids=attribute(list, of=int, description="Ids to delete (default: all)"),
-               selector=attribute(str, description="Not supported: must be absent"),
+               selector=attribute(str, description=_SELECTOR_PARAMETER),
                limit=attribute(int, default=-1, description="At most this many (-1: no limit)"))
     def delete_messages(self, message_ids: list[int] | None, selector: str | None,
                         limit: int) -> list[int]:
         from broker.messaging.message import message_number
 
         live: LiveQueue = self.live_object
-        _no_selector(self, selector)
         with self.journal_transaction():
-            removed = live.remove_ready(_numbered(message_ids),
+            removed = live.remove_ready(_chosen(self, message_ids, selector),
                                         limit=limit if limit >= 0 else None)
         return [message_number(entry.message) for entry in removed]
 
-    def _target_queue(self, name: str, selector: str | None) -> LiveQueue:
-        _no_selector(self, selector)
+    def _target_queue(self, name: str) -> LiveQueue:
         target = self.namespace.queues.get(name)
         if target is None:
             raise ConfigurationError(f"{self.label}: parameter 'destination': no queue '{name}'"
@@ -505,10 +507,18 @@ def _numbered(ids: list[int] | None) -> Callable[[QueueEntry], bool]:
     return lambda entry: getattr(entry.message, "number", None) in wanted
 
 
-def _no_selector(queue: ConfiguredObject, selector: str | None) -> None:
-    if selector:
-        raise ConfigurationError(f"{queue.label}: parameter 'selector': message selectors are"
-                                 " not supported; select by messageIds and limit")
+def _chosen(queue: ConfiguredObject, ids: list[int] | None,
+            selector: str | None) -> Callable[[QueueEntry], bool]:
+    """Selects the entries with one of ``ids`` (any, for None) that ``selector`` matches (Broker-J)."""
+    numbered = _numbered(ids)
+    if not selector or not selector.strip():
+        return numbered
+    try:
+        compiled = compile_selector(selector)
+    except SelectorError as error:
+        raise ConfigurationError(f"{queue.label}: parameter 'selector': {error.text}") from None
+    return lambda entry: numbered(entry) and compiled.matches(
+        entry.message, redelivered=entry.redelivered, delivery_count=entry.delivery_count)
 
 
 class NamespaceMirror:

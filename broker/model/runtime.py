@@ -51,6 +51,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
 from broker.errors import ConfigurationError
+from broker.messaging.selectors import SELECTOR_ARGUMENT
 from broker.model.attributes import attribute, derived
 from broker.model.configured_object import ConfiguredObject, State
 from broker.model.port import PortProtocol, Transport
@@ -269,6 +270,11 @@ class Consumer(EngineObject):
         super().__init__(parent, attributes, id=id)
         #: the session it consumes on (None once it has gone)
         self.session: Session | None = None
+
+    @derived(str, description="Its message selector (Broker-J's x-filter-jms-selector), empty when none")
+    def selector(self) -> str:
+        value = (self.arguments or {}).get(SELECTOR_ARGUMENT)
+        return value if isinstance(value, str) else ""
 
     @derived(str, description="Name of the queue it consumes from (its parent)")
     def queue(self) -> str:

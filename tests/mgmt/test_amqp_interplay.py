@@ -122,3 +122,22 @@ def test_a_node_created_over_rest_serves_its_virtual_host_with_journal_and_ttl(
             assert body == b"kept"
     finally:
         api.delete(f"virtualhostnode/{node}")
+
+
+def test_selectors_of_pika_consumers_and_bindings_show_in_rest(api: Api, amqp: BrokerEndpoint) -> None:
+    queue = unique("sel")
+    selector = "region = 'eu' AND amount > 100"
+    with amqp.pika() as connection:
+        channel = connection.channel()
+        channel.queue_declare(queue, auto_delete=True)
+        channel.queue_bind(queue, "amq.topic", "orders.#", arguments={"x-filter-jms-selector": "amount > 0"})
+        channel.basic_consume(queue, lambda *args: None, consumer_tag="eu-big",
+                              arguments={"x-filter-jms-selector": selector})
+        connection.process_data_events(time_limit=0.2)
+        [consumer] = wait_until(lambda: api.ok(api.get(f"consumer/default/default/{queue}")),
+                                what="the consumer in REST")
+        assert consumer["selector"] == selector
+        assert consumer["arguments"] == {"x-filter-jms-selector": selector}
+        bindings = api.ok(api.get("exchange/default/default/amq.topic"))["bindings"]
+        assert {"destination": queue, "bindingKey": "orders.#",
+                "arguments": {"x-filter-jms-selector": "amount > 0"}} in bindings

@@ -136,14 +136,30 @@ def test_copy_and_delete_messages_with_limit(api: Api, amqp: BrokerEndpoint) -> 
     assert drain(amqp, source) == [b"b", b"c"]
 
 
+def test_move_copy_and_delete_take_a_jms_selector(api: Api, amqp: BrokerEndpoint) -> None:
+    source, target = new_queue(api), new_queue(api)
+    for n in range(6):
+        publish(amqp, source, [str(n).encode()], headers={"n": n})
+    moved = api.ok(api.post(f"{VHOST}/{source}/moveMessages",
+                            {"destination": target, "selector": "n % 2 = 0"}))
+    assert len(moved) == 3
+    copied = api.ok(api.post(f"{VHOST}/{source}/copyMessages",
+                             {"destination": target, "selector": "n > 2", "limit": 1}))
+    assert len(copied) == 1
+    deleted = api.ok(api.post(f"{VHOST}/{source}/deleteMessages", {"selector": "n = 1"}))
+    assert len(deleted) == 1
+    assert drain(amqp, target) == [b"0", b"2", b"4", b"3"]
+    assert drain(amqp, source) == [b"3", b"5"]
+
+
 def test_bad_operation_parameters_are_422(api: Api) -> None:
     queue = new_queue(api)
     response = api.post(f"{VHOST}/{queue}/moveMessages", {"destination": queue})
     assert response.status_code == 422 and "another queue" in response.json()["errorMessage"]
     response = api.post(f"{VHOST}/{queue}/moveMessages", {})
     assert response.status_code == 422 and "'destination' is mandatory" in response.text
-    response = api.post(f"{VHOST}/{queue}/deleteMessages", {"selector": "a = 1"})
-    assert response.status_code == 422 and "selector" in response.text
+    response = api.post(f"{VHOST}/{queue}/deleteMessages", {"selector": "a ="})
+    assert response.status_code == 422 and "'selector'" in response.text and "position 3" in response.text
     response = api.post(f"{VHOST}/{queue}/deleteMessages", {"messageIds": "x,y"})
     assert response.status_code == 422 and "'messageIds'" in response.text
     response = api.post(f"{VHOST}/{queue}/clearQueue", {"force": True})

@@ -12,6 +12,7 @@ from struct import Struct
 from typing import TYPE_CHECKING, Any
 
 from broker.errors import PreconditionFailed
+from broker.messaging.selectors import selector_of
 
 from .codec import FRAME_BODY, FRAME_END, FRAME_END_BYTE, FRAME_HEADER, FRAME_METHOD, encode_shortstr
 from .properties import FORMAT
@@ -138,7 +139,7 @@ class Subscription:
     """One ``basic.consume``: a consumer of a queue on behalf of a channel."""
 
     __slots__ = ("tag", "encoded_tag", "queue", "channel", "no_ack", "exclusive",
-                 "prefetch_count", "unacked", "arguments", "cancelled", "model", "priority")
+                 "prefetch_count", "unacked", "arguments", "cancelled", "model", "priority", "selector")
 
     def __init__(self, channel: Channel, queue: Queue, tag: str, *, no_ack: bool,
                  exclusive: bool, prefetch_count: int, arguments: dict[str, Any]) -> None:
@@ -152,6 +153,8 @@ class Subscription:
         self.unacked = 0
         self.arguments = arguments
         self.priority = consumer_priority(arguments)
+        #: Broker-J's x-filter-jms-selector: only matching messages come to this consumer
+        self.selector = selector_of(arguments)
         self.cancelled = False
         self.model: Any = None            # the runtime Consumer object in the model tree
 

@@ -196,6 +196,7 @@ def test_consumer_is_a_child_of_its_queue_and_known_to_its_session(live: SystemC
     assert session.consumers == [consumer]
     shown = consumer.attributes()
     assert shown["queue"] == "orders" and shown["noAck"] is True
+    assert shown["selector"] == ""
     assert shown["session"] == "1" and shown["connection"] == connection.name
     assert shown["port"] == "amqp"
     assert session.attributes()["consumerCount"] == 1
@@ -203,6 +204,18 @@ def test_consumer_is_a_child_of_its_queue_and_known_to_its_session(live: SystemC
     consumer.unregister()
     assert session.consumers == [] and queue.children("Consumer") == []
     assert consumer.state is State.DELETED
+
+
+def test_a_consumer_shows_its_message_selector(live: SystemConfig) -> None:
+    vhost = live.broker.find_virtual_host("node")
+    assert vhost is not None and vhost.namespace is not None
+    vhost.namespace.declare_queue("orders")
+    connection = vhost.register_connection(live.broker.ports()[0], remote_address="h:1",
+                                           protocol="AMQP_0_9_1")
+    session = connection.register_session(1)
+    consumer = session.register_consumer("ctag-1", queue="orders",
+                                         arguments={"x-filter-jms-selector": "amount > 100"})
+    assert consumer is not None and consumer.attributes()["selector"] == "amount > 100"
 
 
 def test_consumers_go_with_their_session_and_with_their_queue(live: SystemConfig) -> None:
