@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.errors import BrokerError, NotFound
+from broker.errors import BrokerError, NotFound, PreconditionFailed
 from broker.messaging.link_registry import LinkRegistry
 from broker.messaging.link_subscriptions import SELECTOR_ARGUMENT
 from broker.messaging.link_terminus import (ExpiryPolicy, Terminus, TerminusDurability,
@@ -134,3 +134,11 @@ def test_a_subscription_to_a_missing_exchange_makes_nothing(links: LinkRegistry,
     name, error = subscribe(links, endpoint, exchange="nowhere")
     assert name is None and isinstance(error, NotFound)
     assert DURABLE not in ns.queues and endpoint.link.subscription_queue is None
+
+
+def test_a_subscription_whose_queue_name_is_too_long_is_refused(links: LinkRegistry, ns: Namespace) -> None:
+    endpoint = durable_subscriber(links, name="s" * 250)
+    name, error = subscribe(links, endpoint)
+    assert name is None and isinstance(error, PreconditionFailed)
+    assert "at most 255 are allowed" in error.text
+    assert [q for q in ns.queues if q.startswith("qpidsub_")] == []
