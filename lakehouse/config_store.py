@@ -48,8 +48,7 @@ from broker.errors import ConfigurationError
 from broker.model.config_store import ConfigurationRecord, ordered
 
 from .change_log import ChangeLog, Row, change_log_schema
-from .config_writer import (MODE, Change, ConfigurationWriter, WriterProcess, release_writer_process,
-                            shared_writer_process)
+from .config_writer import MODE, Change, WrittenInBackground
 from .delta_table import AppendOnlyTable, Location, child_location, is_uri, local_path
 from .journal import DeltaMessageJournal
 from .termini_store import DeltaTerminusStore
@@ -67,7 +66,7 @@ def config_change_log(location: Location) -> ChangeLog:
     return ChangeLog(location, CONFIG_SCHEMA, lambda row: row["id"], name="config")
 
 
-class DeltaConfigurationStore:
+class DeltaConfigurationStore(WrittenInBackground):
     """:class:`~broker.model.config_store.DurableConfigurationStore` over a Delta table."""
 
     def __init__(self, path: str | None = None) -> None:
@@ -76,14 +75,7 @@ class DeltaConfigurationStore:
         #: a local directory (Path), or an object storage URI (str, never a Path: ``s3://``)
         self.path: Location = path.rstrip("/") if is_uri(path) else local_path(path)
         self.log = config_change_log(child_location(self.path, "config"))
-        #: commits in a child process (MODE "process") or in the writer thread ("thread")
-        self.process: WriterProcess | None = None
-        self.writer = ConfigurationWriter(self._commit, self.log.table.checkpoint,
-                                          name=f"config-writer {self.path}")
-
-    @property
-    def _location(self) -> str:
-        return str(self.log.table.uri)
+        self._init_writer(f"config-writer {self.path}")
 
     @property
     def table(self) -> AppendOnlyTable:
@@ -99,21 +91,7 @@ class DeltaConfigurationStore:
 
     def open(self) -> None:
         self.log.open()
-        if MODE == "process":
-            # checkpoints are the process's; one process serves every store of the broker
-            self.process = shared_writer_process(self._location)
-        else:
-            # checkpoints are the writer thread's, written after it answered the group's waiters
-            self.log.table.on_checkpoint_due = self.writer.checkpoint_due
-        self.writer.start()
-
-    def _commit(self, changes: list[Change]) -> None:
-        """One group commit (the writer thread): in the writer process, or here."""
-        if self.process is None:
-            self.log.change(changes)
-            return
-        self.process.commit(self._location, changes)
-        self.log.fold(changes)                # what recover() answers from now on
+        self._start_writer(MODE)
 
     def recover(self) -> list[ConfigurationRecord]:
         """The current records, parents before children, as fresh copies."""
@@ -138,10 +116,7 @@ class DeltaConfigurationStore:
         self.submit(remove=ids).result()
 
     def close(self) -> None:
-        self.writer.stop()
-        if self.process is not None:
-            self.process = None
-            release_writer_process(self._location)
+        self._stop_writer()
         self.log.close()
 
 

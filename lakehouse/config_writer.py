@@ -164,7 +164,7 @@ class WriterProcess:
     """The child process that commits for every :class:`ConfigurationWriter` of this broker.
 
     One child serves all configuration stores of the process (the broker's own
-    and one per virtual host node): a second interpreter with pyarrow and
+    and one per virtual host node) and the nodes' link termini stores: a second interpreter with pyarrow and
     delta-rs loaded costs about 100 MB of memory, too much to pay per store,
     and configuration commits are few, so they can take turns.  Each request
     names its table; the child opens a table on its first request and drops it
@@ -279,6 +279,54 @@ def release_writer_process(location: str) -> None:
         process.release(location)
 
 
+class WrittenInBackground:
+    """A store over a change log (``self.log``) whose commits a :class:`ConfigurationWriter` makes.
+
+    The configuration store and the link termini store both are: each calls
+    :meth:`_init_writer` once its log exists, :meth:`_start_writer` once the
+    log is open (with :data:`MODE`), hands changes to ``self.writer.submit`` and calls
+    :meth:`_stop_writer` on close.  Commits run in the writer process
+    (:data:`MODE` ``process``, one for all stores of the broker) or in the
+    writer thread, which then also writes the table's checkpoints.
+    """
+
+    log: Any
+
+    def _init_writer(self, name: str) -> None:
+        #: commits in a child process (MODE "process") or in the writer thread ("thread")
+        self.process: WriterProcess | None = None
+        self.writer = ConfigurationWriter(self._commit, self.log.table.checkpoint, name=name)
+
+    @property
+    def _location(self) -> str:
+        return str(self.log.table.uri)
+
+    def _start_writer(self, mode: str) -> None:
+        """Start committing, in ``mode`` (:data:`MODE`, as the store's module reads it)."""
+        if mode == "process":
+            # checkpoints are the process's; one process serves every store of the broker
+            self.process = shared_writer_process(self._location)
+        else:
+            # checkpoints are the writer thread's, written after it answered the group's waiters
+            self.log.table.on_checkpoint_due = self.writer.checkpoint_due
+        self.writer.start()
+
+    def _commit(self, changes: list[Change]) -> None:
+        """One group commit (the writer thread): in the writer process, or here."""
+        if self.process is None:
+            self.log.change(changes)
+            return
+        self.process.commit(self._location, changes)
+        self.log.fold(changes)                # what the store answers from now on
+
+    def _stop_writer(self) -> None:
+        """Commit what was submitted, then end the thread (and leave the process)."""
+        self.writer.stop()
+        if self.process is not None:
+            self.process = None
+            release_writer_process(self._location)
+
+
 def _read(stream: IO[bytes], size: int) -> bytes:
     data = b""
     while len(data) < size:
@@ -360,8 +408,13 @@ class Tables:
         opened = self._open.get(location)
         if opened is None:
             from .config_store import config_change_log
+            from .termini_store import TABLE, termini_change_log
 
-            change_log = config_change_log(location)
+            # the table's name says whose it is: a node's link termini, or a configuration
+            if location.rstrip("/").rsplit("/", 1)[-1] == TABLE:
+                change_log = termini_change_log(location)
+            else:
+                change_log = config_change_log(location)
             change_log.open()
             checkpoints = Checkpointer(change_log.table.checkpoint)
             change_log.table.on_checkpoint_due = checkpoints.due

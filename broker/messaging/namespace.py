@@ -47,6 +47,7 @@ from broker.messaging.exchange import EXCHANGE_TYPES, Binding, DirectExchange, E
 from broker.messaging.journal import MessageJournal
 from broker.messaging.last_value_queue import LastValueQueue
 from broker.messaging.leases import Leases
+from broker.messaging.link_registry import LinkRegistry
 from broker.messaging.stored_changes import StoredOperations
 from broker.messaging.message import Message
 from broker.messaging.priority_queue import PriorityQueue
@@ -148,6 +149,8 @@ class Namespace(Routing):
         self._exchanges: dict[str, Exchange] = {"": self.default_exchange}
         for name, kind in STANDARD_EXCHANGES:
             self._exchanges[name] = EXCHANGE_TYPES[kind](name, vhost=vhost_name, durable=True)
+        #: AMQP 1.0 links and their termini (the virtual host gives it its store on open)
+        self.links = LinkRegistry(self, wall_clock=wall_clock)
 
     @property
     def queues(self) -> Mapping[str, Queue]:
@@ -501,6 +504,9 @@ class Namespace(Routing):
     def next_deadline(self) -> float | None:
         """When :meth:`run_due` next has work (clock seconds), or None."""
         earliest = self.leases.next_deadline()
+        linked = self.links.next_deadline()
+        if linked is not None and (earliest is None or linked < earliest):
+            earliest = linked
         for queue in self._timed:
             deadline = queue.next_deadline()
             if deadline is not None and (earliest is None or deadline < earliest):
@@ -508,8 +514,10 @@ class Namespace(Routing):
         return earliest
 
     def run_due(self, now: float) -> None:
-        """Expire messages whose TTL has passed, delete queues unused for their x-expires, end leases."""
+        """Expire messages whose TTL has passed, delete queues unused for their x-expires, end
+        leases, remove expired AMQP 1.0 link termini."""
         self.leases.run_due(now)
+        self.links.run_due(now)
         for queue in list(self._timed):
             if queue.deleted:
                 self._timed.discard(queue)

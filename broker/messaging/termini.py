@@ -9,17 +9,25 @@ null-source attach can find its terminus by link name.  Termini with
 durability ``configuration`` or ``unsettled-state`` are kept in a
 :class:`TerminusStore`, separate from the configuration store, per the design.
 
-The AMQP 1.0 engine (a later issue) will be the user; the store interface and
-its Delta table exist now so the virtual host's storage is complete.
+The link registry (:mod:`broker.messaging.link_registry`) is the user: it
+writes through :class:`StoredTermini`, which hands changes to a store that
+commits in the background (``submit``, the Delta store's writer) so the event
+loop never waits for a commit, and coalesces the saves of one link (its
+unsettled map may change with every delivery) to one commit in flight.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import enum
-from collections.abc import Iterable, Mapping
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
+
+log = logging.getLogger(__name__)
 
 
 class LinkRole(enum.Enum):
@@ -54,6 +62,17 @@ class TerminusStore(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class BackgroundTerminusStore(Protocol):
+    """A terminus store that commits in a thread (or process) of its own."""
+
+    def submit(self, records: Iterable[TerminusRecord] = (),
+               remove: Iterable[TerminusKey] = ()) -> Future[None]:
+        """Save ``records``, then remove ``remove``, as one durable change; committed in
+        submission order; the future is done once durable (or has the error)."""
+        ...
+
+
 class MemoryTerminusStore:
     """Termini of a memory virtual host node: kept until the broker stops."""
 
@@ -81,3 +100,109 @@ class MemoryTerminusStore:
 def _copy(record: TerminusRecord) -> TerminusRecord:
     return TerminusRecord(record.role, record.remote_container_id, record.link_name,
                           copy.deepcopy(dict(record.terminus)))
+
+
+class StoredTermini:
+    """Writes a registry's persistent termini to its store without the event loop waiting.
+
+    :meth:`save` takes a function building the record *when it is written*,
+    so a link whose save is already in flight is saved once more, with what
+    it is then, after that one lands (one commit in flight per link, however
+    often its unsettled map changes).  :meth:`remove` goes to the store at
+    once; the store commits in submission order, so it follows any save
+    handed over before it.  With a store that cannot commit in the
+    background, or no running event loop (start-up, tests), changes are
+    written synchronously.  A failure is logged, once until writes succeed again.
+    """
+
+    def __init__(self, store: TerminusStore | None, vhost_name: str = "") -> None:
+        self.store = store
+        self.vhost_name = vhost_name
+        #: why the last write failed, until one succeeds again
+        self.failure: BaseException | None = None
+        self._in_flight: set[TerminusKey] = set()
+        self._again: dict[TerminusKey, Callable[[], TerminusRecord | None]] = {}
+        self._pending = 0                 # changes handed over, not yet landed
+
+    def save(self, key: TerminusKey, build: Callable[[], TerminusRecord | None]) -> None:
+        """Store what ``build()`` gives (None: nothing to store any more)."""
+        if self.store is None:
+            return
+        if key in self._in_flight:
+            self._again[key] = build
+            return
+        record = build()
+        if record is not None:
+            self._write(key, [record], [])
+
+    def remove(self, key: TerminusKey) -> None:
+        if self.store is None:
+            return
+        self._again.pop(key, None)
+        self._write(None, [], [key])
+
+    def _write(self, key: TerminusKey | None, records: list[TerminusRecord],
+               removals: list[TerminusKey]) -> None:
+        store = self.store
+        assert store is not None
+        loop = _running_loop()
+        if loop is None or not isinstance(store, BackgroundTerminusStore):
+            try:
+                if records:
+                    store.save(records)
+                if removals:
+                    store.remove(removals)
+            except Exception as exc:
+                self._landed(None, exc)
+            else:
+                self._landed(None, None)
+            return
+        if key is not None:
+            self._in_flight.add(key)
+        self._pending += 1
+        try:
+            future = store.submit(records, removals)
+        except Exception as exc:
+            self._pending -= 1
+            self._landed(key, exc)
+            return
+
+        def on_loop(error: BaseException | None) -> None:
+            self._pending -= 1
+            self._landed(key, error)
+
+        def settled(done: Future[None]) -> None:
+            try:
+                loop.call_soon_threadsafe(on_loop, done.exception())
+            except RuntimeError:
+                pass                      # the loop is closed: nobody waits any more
+        future.add_done_callback(settled)
+
+    def _landed(self, key: TerminusKey | None, error: BaseException | None) -> None:
+        if error is None:
+            if self.failure is not None:
+                log.warning("link termini of virtual host '%s': writes succeed again",
+                            self.vhost_name)
+            self.failure = None
+        else:
+            if self.failure is None:
+                log.error("link termini of virtual host '%s': writes failing: %s",
+                          self.vhost_name, error)
+            self.failure = error
+        if key is not None:
+            self._in_flight.discard(key)
+            again = self._again.pop(key, None)
+            if again is not None:
+                self.save(key, again)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a change is handed over and not yet landed."""
+        return self._pending > 0
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

@@ -95,6 +95,12 @@ class VirtualHostNode(ConfiguredObject):
         store = cast(DurableConfigurationStore, store_class(path=self.store_path))
         store.open()
         self.store = store
+        # AMQP 1.0 link termini are kept apart from configuration (Link Registry design);
+        # opened first: the virtual host recovers its link registry from them as it opens
+        terminus_store = getattr(store, "terminus_store", None)
+        if terminus_store is not None:
+            self.termini = terminus_store()
+            self.termini.open()
         records = store.recover()
         if not records:
             # The blueprint is stored, then recovered like any stored virtual
@@ -108,11 +114,6 @@ class VirtualHostNode(ConfiguredObject):
         recover(self, [r for r in records if r.category not in NAMESPACE_CATEGORIES])
         self._binding = StoreBinding(self, store)
         self._binding.attach()
-        # AMQP 1.0 link termini are kept apart from configuration (Link Registry design)
-        terminus_store = getattr(store, "terminus_store", None)
-        if terminus_store is not None:
-            self.termini = terminus_store()
-            self.termini.open()
 
     def on_close(self) -> None:
         if self.termini is not None:
@@ -199,6 +200,7 @@ class VirtualHost(ConfiguredObject):
                                      " (no limit) or more")
 
     def on_open(self) -> None:
+        terminus_timeout = self._terminus_timeout()      # refused before anything is opened
         factory = cast("NamespaceFactory | None", getattr(self.root, "namespace_factory", None))
         namespace = self.namespace = (factory or messaging_namespace)(self.name)
         if hasattr(namespace, "unknown_arguments"):
@@ -224,9 +226,28 @@ class VirtualHost(ConfiguredObject):
             namespace.listeners.append(records)
         if self.journal is not None:
             self.journal.recover(namespace)
+        links = getattr(namespace, "links", None)
+        if links is not None:
+            # AMQP 1.0 link termini: after the queues, whose subscriptions they name
+            links.open(self.node.termini, default_timeout=terminus_timeout)
         if hasattr(namespace, "observers"):
             self._mirror = NamespaceMirror(self, namespace)
             self._mirror.attach()
+
+    def _terminus_timeout(self) -> int:
+        from broker.messaging.link_registry import TIMEOUT_VARIABLE
+
+        text = self._lookup(TIMEOUT_VARIABLE)
+        if text is not None:
+            text = self.resolve(text)
+        try:
+            timeout = int(text) if text not in (None, "") else 0
+        except ValueError:
+            timeout = -1
+        if timeout < 0:
+            raise ConfigurationError(f"{self.label}: context variable '{TIMEOUT_VARIABLE}' is"
+                                     f" {text!r}; expected a number of seconds (0 or more)")
+        return timeout
 
     def _delete_tree(self) -> None:
         # its connections are children of their ports, not of the virtual host, but
@@ -242,6 +263,9 @@ class VirtualHost(ConfiguredObject):
         super()._delete_tree()
 
     def on_close(self) -> None:
+        links = getattr(self.namespace, "links", None)
+        if links is not None:
+            links.close()
         if self._mirror is not None:
             self._mirror.detach()
             self._mirror = None
@@ -359,6 +383,15 @@ class VirtualHost(ConfiguredObject):
                changes=False, returns=list)
     def get_connections(self) -> list[Connection]:
         return self.connections
+
+    @operation(description="The AMQP 1.0 links of this virtual host (its link registry):"
+                           " each link's key (remoteContainerId, linkName, role), state"
+                           " (attached, suspended, stealing), the broker's terminus, its"
+                           " unsettled deliveries and when it expires",
+               changes=False, returns=list)
+    def get_links(self) -> list[dict[str, Any]]:
+        links = getattr(self.namespace, "links", None)
+        return links.describe() if links is not None else []
 
     def register_connection(
         self, port: ConfiguredObject, *, remote_address: str, protocol: PortProtocol | str,
