@@ -265,7 +265,11 @@ def field_encoder(types: dict[str, TypeDef], f: FieldDef, expr: str) -> str:
     else:
         call = f"encode({expr})"
     default = default_literal(types, f)
-    return call if default is None else f"NULL if {expr} == {default} else {call}"
+    if default is not None:
+        # a value equal to the default is sent as null (the same, and trailing nulls are left out)
+        plain = default[len("Symbol("):-1] if default.startswith("Symbol(") else default
+        return f"NULL if {expr} == {plain} else {call}"
+    return call if f.mandatory else f"NULL if {expr} is None else {call}"
 
 
 def emit_encoder(td: TypeDef, types: dict[str, TypeDef]) -> list[str]:

@@ -791,15 +791,15 @@ def _decode_open(b: Buffer, o: int, end: int, depth: int) -> tuple[Open, int]:
 def _encode_open(m: Open) -> bytes:
     return composite_bytes(b'\x00S\x10', [
         enc_string(m.container_id),
-        enc_string(m.hostname),
+        NULL if m.hostname is None else enc_string(m.hostname),
         NULL if m.max_frame_size == 4294967295 else enc_uint(m.max_frame_size),
         NULL if m.channel_max == 65535 else enc_ushort(m.channel_max),
-        enc_uint(m.idle_time_out),
-        enc_symbols(m.outgoing_locales),
-        enc_symbols(m.incoming_locales),
-        enc_symbols(m.offered_capabilities),
-        enc_symbols(m.desired_capabilities),
-        enc_fields(m.properties),
+        NULL if m.idle_time_out is None else enc_uint(m.idle_time_out),
+        NULL if m.outgoing_locales is None else enc_symbols(m.outgoing_locales),
+        NULL if m.incoming_locales is None else enc_symbols(m.incoming_locales),
+        NULL if m.offered_capabilities is None else enc_symbols(m.offered_capabilities),
+        NULL if m.desired_capabilities is None else enc_symbols(m.desired_capabilities),
+        NULL if m.properties is None else enc_fields(m.properties),
     ])
 
 
@@ -855,14 +855,14 @@ def _decode_begin(b: Buffer, o: int, end: int, depth: int) -> tuple[Begin, int]:
 
 def _encode_begin(m: Begin) -> bytes:
     return composite_bytes(b'\x00S\x11', [
-        enc_ushort(m.remote_channel),
+        NULL if m.remote_channel is None else enc_ushort(m.remote_channel),
         enc_uint(m.next_outgoing_id),
         enc_uint(m.incoming_window),
         enc_uint(m.outgoing_window),
         NULL if m.handle_max == 4294967295 else enc_uint(m.handle_max),
-        enc_symbols(m.offered_capabilities),
-        enc_symbols(m.desired_capabilities),
-        enc_fields(m.properties),
+        NULL if m.offered_capabilities is None else enc_symbols(m.offered_capabilities),
+        NULL if m.desired_capabilities is None else enc_symbols(m.desired_capabilities),
+        NULL if m.properties is None else enc_fields(m.properties),
     ])
 
 
@@ -951,15 +951,15 @@ def _encode_attach(m: Attach) -> bytes:
         enc_boolean(m.role),
         NULL if m.snd_settle_mode == 2 else enc_ubyte(m.snd_settle_mode),
         NULL if m.rcv_settle_mode == 0 else enc_ubyte(m.rcv_settle_mode),
-        encode(m.source),
-        encode(m.target),
-        enc_map(m.unsettled),
+        NULL if m.source is None else encode(m.source),
+        NULL if m.target is None else encode(m.target),
+        NULL if m.unsettled is None else enc_map(m.unsettled),
         NULL if m.incomplete_unsettled == False else enc_boolean(m.incomplete_unsettled),
-        enc_uint(m.initial_delivery_count),
-        enc_ulong(m.max_message_size),
-        enc_symbols(m.offered_capabilities),
-        enc_symbols(m.desired_capabilities),
-        enc_fields(m.properties),
+        NULL if m.initial_delivery_count is None else enc_uint(m.initial_delivery_count),
+        NULL if m.max_message_size is None else enc_ulong(m.max_message_size),
+        NULL if m.offered_capabilities is None else enc_symbols(m.offered_capabilities),
+        NULL if m.desired_capabilities is None else enc_symbols(m.desired_capabilities),
+        NULL if m.properties is None else enc_fields(m.properties),
     ])
 
 
@@ -1029,17 +1029,17 @@ def _decode_flow(b: Buffer, o: int, end: int, depth: int) -> tuple[Flow, int]:
 
 def _encode_flow(m: Flow) -> bytes:
     return composite_bytes(b'\x00S\x13', [
-        enc_uint(m.next_incoming_id),
+        NULL if m.next_incoming_id is None else enc_uint(m.next_incoming_id),
         enc_uint(m.incoming_window),
         enc_uint(m.next_outgoing_id),
         enc_uint(m.outgoing_window),
-        enc_uint(m.handle),
-        enc_uint(m.delivery_count),
-        enc_uint(m.link_credit),
-        enc_uint(m.available),
+        NULL if m.handle is None else enc_uint(m.handle),
+        NULL if m.delivery_count is None else enc_uint(m.delivery_count),
+        NULL if m.link_credit is None else enc_uint(m.link_credit),
+        NULL if m.available is None else enc_uint(m.available),
         NULL if m.drain == False else enc_boolean(m.drain),
         NULL if m.echo == False else enc_boolean(m.echo),
-        enc_fields(m.properties),
+        NULL if m.properties is None else enc_fields(m.properties),
     ])
 
 
@@ -1110,13 +1110,13 @@ def _decode_transfer(b: Buffer, o: int, end: int, depth: int) -> tuple[Transfer,
 def _encode_transfer(m: Transfer) -> bytes:
     return composite_bytes(b'\x00S\x14', [
         enc_uint(m.handle),
-        enc_uint(m.delivery_id),
-        enc_binary(m.delivery_tag),
-        enc_uint(m.message_format),
-        enc_boolean(m.settled),
+        NULL if m.delivery_id is None else enc_uint(m.delivery_id),
+        NULL if m.delivery_tag is None else enc_binary(m.delivery_tag),
+        NULL if m.message_format is None else enc_uint(m.message_format),
+        NULL if m.settled is None else enc_boolean(m.settled),
         NULL if m.more == False else enc_boolean(m.more),
-        enc_ubyte(m.rcv_settle_mode),
-        encode(m.state),
+        NULL if m.rcv_settle_mode is None else enc_ubyte(m.rcv_settle_mode),
+        NULL if m.state is None else encode(m.state),
         NULL if m.resume == False else enc_boolean(m.resume),
         NULL if m.aborted == False else enc_boolean(m.aborted),
         NULL if m.batchable == False else enc_boolean(m.batchable),
@@ -1169,9 +1169,9 @@ def _encode_disposition(m: Disposition) -> bytes:
     return composite_bytes(b'\x00S\x15', [
         enc_boolean(m.role),
         enc_uint(m.first),
-        enc_uint(m.last),
+        NULL if m.last is None else enc_uint(m.last),
         NULL if m.settled == False else enc_boolean(m.settled),
-        encode(m.state),
+        NULL if m.state is None else encode(m.state),
         NULL if m.batchable == False else enc_boolean(m.batchable),
     ])
 
@@ -1208,7 +1208,7 @@ def _encode_detach(m: Detach) -> bytes:
     return composite_bytes(b'\x00S\x16', [
         enc_uint(m.handle),
         NULL if m.closed == False else enc_boolean(m.closed),
-        encode(m.error),
+        NULL if m.error is None else encode(m.error),
     ])
 
 
@@ -1230,7 +1230,7 @@ def _decode_end(b: Buffer, o: int, end: int, depth: int) -> tuple[End, int]:
 
 def _encode_end(m: End) -> bytes:
     return composite_bytes(b'\x00S\x17', [
-        encode(m.error),
+        NULL if m.error is None else encode(m.error),
     ])
 
 
@@ -1252,7 +1252,7 @@ def _decode_close(b: Buffer, o: int, end: int, depth: int) -> tuple[Close, int]:
 
 def _encode_close(m: Close) -> bytes:
     return composite_bytes(b'\x00S\x18', [
-        encode(m.error),
+        NULL if m.error is None else encode(m.error),
     ])
 
 
@@ -1283,8 +1283,8 @@ def _decode_error(b: Buffer, o: int, end: int, depth: int) -> tuple[Error, int]:
 def _encode_error(m: Error) -> bytes:
     return composite_bytes(b'\x00S\x1d', [
         enc_symbol(m.condition),
-        enc_string(m.description),
-        enc_fields(m.info),
+        NULL if m.description is None else enc_string(m.description),
+        NULL if m.info is None else enc_fields(m.info),
     ])
 
 
@@ -1330,7 +1330,7 @@ def _encode_header(m: Header) -> bytes:
     return composite_bytes(b'\x00Sp', [
         NULL if m.durable == False else enc_boolean(m.durable),
         NULL if m.priority == 4 else enc_ubyte(m.priority),
-        enc_uint(m.ttl),
+        NULL if m.ttl is None else enc_uint(m.ttl),
         NULL if m.first_acquirer == False else enc_boolean(m.first_acquirer),
         NULL if m.delivery_count == 0 else enc_uint(m.delivery_count),
     ])
@@ -1422,19 +1422,19 @@ def _decode_properties(b: Buffer, o: int, end: int, depth: int) -> tuple[Propert
 
 def _encode_properties(m: Properties) -> bytes:
     return composite_bytes(b'\x00Ss', [
-        encode(m.message_id),
-        enc_binary(m.user_id),
-        encode(m.to),
-        enc_string(m.subject),
-        encode(m.reply_to),
-        encode(m.correlation_id),
-        enc_symbol(m.content_type),
-        enc_symbol(m.content_encoding),
-        enc_timestamp(m.absolute_expiry_time),
-        enc_timestamp(m.creation_time),
-        enc_string(m.group_id),
-        enc_uint(m.group_sequence),
-        enc_string(m.reply_to_group_id),
+        NULL if m.message_id is None else encode(m.message_id),
+        NULL if m.user_id is None else enc_binary(m.user_id),
+        NULL if m.to is None else encode(m.to),
+        NULL if m.subject is None else enc_string(m.subject),
+        NULL if m.reply_to is None else encode(m.reply_to),
+        NULL if m.correlation_id is None else encode(m.correlation_id),
+        NULL if m.content_type is None else enc_symbol(m.content_type),
+        NULL if m.content_encoding is None else enc_symbol(m.content_encoding),
+        NULL if m.absolute_expiry_time is None else enc_timestamp(m.absolute_expiry_time),
+        NULL if m.creation_time is None else enc_timestamp(m.creation_time),
+        NULL if m.group_id is None else enc_string(m.group_id),
+        NULL if m.group_sequence is None else enc_uint(m.group_sequence),
+        NULL if m.reply_to_group_id is None else enc_string(m.reply_to_group_id),
     ])
 
 
@@ -1552,7 +1552,7 @@ def _decode_rejected(b: Buffer, o: int, end: int, depth: int) -> tuple[Rejected,
 
 def _encode_rejected(m: Rejected) -> bytes:
     return composite_bytes(b'\x00S%', [
-        encode(m.error),
+        NULL if m.error is None else encode(m.error),
     ])
 
 
@@ -1594,9 +1594,9 @@ def _decode_modified(b: Buffer, o: int, end: int, depth: int) -> tuple[Modified,
 
 def _encode_modified(m: Modified) -> bytes:
     return composite_bytes(b"\x00S'", [
-        enc_boolean(m.delivery_failed),
-        enc_boolean(m.undeliverable_here),
-        enc_fields(m.message_annotations),
+        NULL if m.delivery_failed is None else enc_boolean(m.delivery_failed),
+        NULL if m.undeliverable_here is None else enc_boolean(m.undeliverable_here),
+        NULL if m.message_annotations is None else enc_fields(m.message_annotations),
     ])
 
 
@@ -1664,17 +1664,17 @@ def _decode_source(b: Buffer, o: int, end: int, depth: int) -> tuple[Source, int
 
 def _encode_source(m: Source) -> bytes:
     return composite_bytes(b'\x00S(', [
-        encode(m.address),
+        NULL if m.address is None else encode(m.address),
         NULL if m.durable == 0 else enc_uint(m.durable),
-        NULL if m.expiry_policy == Symbol('session-end') else enc_symbol(m.expiry_policy),
+        NULL if m.expiry_policy == 'session-end' else enc_symbol(m.expiry_policy),
         NULL if m.timeout == 0 else enc_uint(m.timeout),
         NULL if m.dynamic == False else enc_boolean(m.dynamic),
-        enc_fields(m.dynamic_node_properties),
-        enc_symbol(m.distribution_mode),
-        enc_fields(m.filter),
-        encode(m.default_outcome),
-        enc_symbols(m.outcomes),
-        enc_symbols(m.capabilities),
+        NULL if m.dynamic_node_properties is None else enc_fields(m.dynamic_node_properties),
+        NULL if m.distribution_mode is None else enc_symbol(m.distribution_mode),
+        NULL if m.filter is None else enc_fields(m.filter),
+        NULL if m.default_outcome is None else encode(m.default_outcome),
+        NULL if m.outcomes is None else enc_symbols(m.outcomes),
+        NULL if m.capabilities is None else enc_symbols(m.capabilities),
     ])
 
 
@@ -1726,13 +1726,13 @@ def _decode_target(b: Buffer, o: int, end: int, depth: int) -> tuple[Target, int
 
 def _encode_target(m: Target) -> bytes:
     return composite_bytes(b'\x00S)', [
-        encode(m.address),
+        NULL if m.address is None else encode(m.address),
         NULL if m.durable == 0 else enc_uint(m.durable),
-        NULL if m.expiry_policy == Symbol('session-end') else enc_symbol(m.expiry_policy),
+        NULL if m.expiry_policy == 'session-end' else enc_symbol(m.expiry_policy),
         NULL if m.timeout == 0 else enc_uint(m.timeout),
         NULL if m.dynamic == False else enc_boolean(m.dynamic),
-        enc_fields(m.dynamic_node_properties),
-        enc_symbols(m.capabilities),
+        NULL if m.dynamic_node_properties is None else enc_fields(m.dynamic_node_properties),
+        NULL if m.capabilities is None else enc_symbols(m.capabilities),
     ])
 
 
@@ -1841,8 +1841,8 @@ def _decode_sasl_init(b: Buffer, o: int, end: int, depth: int) -> tuple[SaslInit
 def _encode_sasl_init(m: SaslInit) -> bytes:
     return composite_bytes(b'\x00SA', [
         enc_symbol(m.mechanism),
-        enc_binary(m.initial_response),
-        enc_string(m.hostname),
+        NULL if m.initial_response is None else enc_binary(m.initial_response),
+        NULL if m.hostname is None else enc_string(m.hostname),
     ])
 
 
@@ -1913,7 +1913,7 @@ def _decode_sasl_outcome(b: Buffer, o: int, end: int, depth: int) -> tuple[SaslO
 def _encode_sasl_outcome(m: SaslOutcome) -> bytes:
     return composite_bytes(b'\x00SD', [
         enc_ubyte(m.code),
-        enc_binary(m.additional_data),
+        NULL if m.additional_data is None else enc_binary(m.additional_data),
     ])
 
 
@@ -1933,7 +1933,7 @@ def _decode_coordinator(b: Buffer, o: int, end: int, depth: int) -> tuple[Coordi
 
 def _encode_coordinator(m: Coordinator) -> bytes:
     return composite_bytes(b'\x00S0', [
-        enc_symbols(m.capabilities),
+        NULL if m.capabilities is None else enc_symbols(m.capabilities),
     ])
 
 
@@ -1953,7 +1953,7 @@ def _decode_declare(b: Buffer, o: int, end: int, depth: int) -> tuple[Declare, i
 
 def _encode_declare(m: Declare) -> bytes:
     return composite_bytes(b'\x00S1', [
-        encode(m.global_id),
+        NULL if m.global_id is None else encode(m.global_id),
     ])
 
 
@@ -1980,7 +1980,7 @@ def _decode_discharge(b: Buffer, o: int, end: int, depth: int) -> tuple[Discharg
 def _encode_discharge(m: Discharge) -> bytes:
     return composite_bytes(b'\x00S2', [
         encode(m.txn_id),
-        enc_boolean(m.fail),
+        NULL if m.fail is None else enc_boolean(m.fail),
     ])
 
 
@@ -2029,7 +2029,7 @@ def _decode_transactional_state(b: Buffer, o: int, end: int, depth: int) -> tupl
 def _encode_transactional_state(m: TransactionalState) -> bytes:
     return composite_bytes(b'\x00S4', [
         encode(m.txn_id),
-        encode(m.outcome),
+        NULL if m.outcome is None else encode(m.outcome),
     ])
 
 
