@@ -11,6 +11,7 @@ so an engine can ask ``isinstance(x, Outcome)``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import fields
 from typing import Any, ClassVar, TypeVar
 
 from .decoding import DESCRIBED, Buffer, decode, describe
@@ -84,6 +85,16 @@ class LifetimePolicy(Composite):
     """The lifetime of a dynamic node (spec 3.5.10)."""
 
     __slots__ = ()
+
+
+#: an instance with no slot filled yet (the generated decoders fill every slot at once)
+new = object.__new__
+
+
+def slot_setters(cls: type[Composite]) -> tuple[Callable[[Any, Any], None], ...]:
+    """The ``__set__`` of each field's slot, in field order: setting a frozen dataclass's fields
+    while it is being built, without the frozen ``__setattr__`` in the way."""
+    return tuple(cls.__dict__[f.name].__set__ for f in fields(cls))  # type: ignore[arg-type]
 
 
 def register(cls: type[Composite], decoder: Callable[[Buffer, int, int, int], tuple[Any, int]],

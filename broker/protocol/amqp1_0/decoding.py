@@ -34,6 +34,7 @@ DESCRIBED: dict[int | str, DescribedDecoder] = {}
 
 _U16 = Struct(">H").unpack_from
 _U32 = Struct(">I").unpack_from
+unpack_uint = _U32                  # for the generated decoders' inline reads
 _U32X2 = Struct(">II").unpack_from
 _U64 = Struct(">Q").unpack_from
 _I16 = Struct(">h").unpack_from

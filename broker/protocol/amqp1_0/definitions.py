@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
 from .composite import (Composite, DeliveryState, LifetimePolicy, Outcome, Performative, SaslFrame,
-                        Section, register)
+                        Section, new, register, slot_setters)
 from .decoding import (Buffer, composite_list, field_any, field_binary, field_boolean, field_list,
                        field_map, field_string, field_symbol, field_symbols, field_timestamp,
                        field_ubyte, field_uint, field_ulong, field_ushort, list_mismatch, mandatory,
-                       skip_values, wrong_value)
+                       skip_values, unpack_uint, wrong_value)
 from .encoding import (NULL, composite_bytes, enc_binary, enc_boolean, enc_fields, enc_list, enc_map,
                        enc_string, enc_symbol, enc_symbols, enc_timestamp, enc_ubyte, enc_uint, enc_ulong,
                        enc_ushort, encode)
@@ -733,7 +733,11 @@ class TransactionalState(DeliveryState):
 
 
 def _decode_open(b: Buffer, o: int, end: int, depth: int) -> tuple[Open, int]:
-    count, o, e = composite_list(b, o, end, 'open')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'open')
     container_id: str | None = None
     hostname: str | None = None
     max_frame_size: int | None = None
@@ -749,11 +753,27 @@ def _decode_open(b: Buffer, o: int, end: int, depth: int) -> tuple[Open, int]:
     if count > 1:
         hostname, o = field_string(b, o, e, 'open.hostname')
     if count > 2:
-        max_frame_size, o = field_uint(b, o, e, 'open.max-frame-size')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            max_frame_size, o = b[o + 1], o + 2
+        elif c == 0x43:
+            max_frame_size, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            max_frame_size, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            max_frame_size, o = field_uint(b, o, e, 'open.max-frame-size')
     if count > 3:
         channel_max, o = field_ushort(b, o, e, 'open.channel-max')
     if count > 4:
-        idle_time_out, o = field_uint(b, o, e, 'open.idle-time-out')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            idle_time_out, o = b[o + 1], o + 2
+        elif c == 0x43:
+            idle_time_out, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            idle_time_out, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            idle_time_out, o = field_uint(b, o, e, 'open.idle-time-out')
     if count > 5:
         outgoing_locales, o = field_symbols(b, o, e, depth, 'open.outgoing-locales')
     if count > 6:
@@ -774,18 +794,19 @@ def _decode_open(b: Buffer, o: int, end: int, depth: int) -> tuple[Open, int]:
         max_frame_size = 4294967295
     if channel_max is None:
         channel_max = 65535
-    return Open(
-        container_id=container_id,
-        hostname=hostname,
-        max_frame_size=max_frame_size,
-        channel_max=channel_max,
-        idle_time_out=idle_time_out,
-        outgoing_locales=outgoing_locales,
-        incoming_locales=incoming_locales,
-        offered_capabilities=offered_capabilities,
-        desired_capabilities=desired_capabilities,
-        properties=properties,
-    ), e
+    m = new(Open)
+    s = _SET_OPEN
+    s[0](m, container_id)
+    s[1](m, hostname)
+    s[2](m, max_frame_size)
+    s[3](m, channel_max)
+    s[4](m, idle_time_out)
+    s[5](m, outgoing_locales)
+    s[6](m, incoming_locales)
+    s[7](m, offered_capabilities)
+    s[8](m, desired_capabilities)
+    s[9](m, properties)
+    return m, e
 
 
 def _encode_open(m: Open) -> bytes:
@@ -804,7 +825,11 @@ def _encode_open(m: Open) -> bytes:
 
 
 def _decode_begin(b: Buffer, o: int, end: int, depth: int) -> tuple[Begin, int]:
-    count, o, e = composite_list(b, o, end, 'begin')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'begin')
     remote_channel: int | None = None
     next_outgoing_id: int | None = None
     incoming_window: int | None = None
@@ -816,13 +841,45 @@ def _decode_begin(b: Buffer, o: int, end: int, depth: int) -> tuple[Begin, int]:
     if count > 0:
         remote_channel, o = field_ushort(b, o, e, 'begin.remote-channel')
     if count > 1:
-        next_outgoing_id, o = field_uint(b, o, e, 'begin.next-outgoing-id')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            next_outgoing_id, o = b[o + 1], o + 2
+        elif c == 0x43:
+            next_outgoing_id, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            next_outgoing_id, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            next_outgoing_id, o = field_uint(b, o, e, 'begin.next-outgoing-id')
     if count > 2:
-        incoming_window, o = field_uint(b, o, e, 'begin.incoming-window')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            incoming_window, o = b[o + 1], o + 2
+        elif c == 0x43:
+            incoming_window, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            incoming_window, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            incoming_window, o = field_uint(b, o, e, 'begin.incoming-window')
     if count > 3:
-        outgoing_window, o = field_uint(b, o, e, 'begin.outgoing-window')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            outgoing_window, o = b[o + 1], o + 2
+        elif c == 0x43:
+            outgoing_window, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            outgoing_window, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            outgoing_window, o = field_uint(b, o, e, 'begin.outgoing-window')
     if count > 4:
-        handle_max, o = field_uint(b, o, e, 'begin.handle-max')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            handle_max, o = b[o + 1], o + 2
+        elif c == 0x43:
+            handle_max, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            handle_max, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            handle_max, o = field_uint(b, o, e, 'begin.handle-max')
     if count > 5:
         offered_capabilities, o = field_symbols(b, o, e, depth, 'begin.offered-capabilities')
     if count > 6:
@@ -841,16 +898,17 @@ def _decode_begin(b: Buffer, o: int, end: int, depth: int) -> tuple[Begin, int]:
         raise mandatory('begin.outgoing-window', o)
     if handle_max is None:
         handle_max = 4294967295
-    return Begin(
-        remote_channel=remote_channel,
-        next_outgoing_id=next_outgoing_id,
-        incoming_window=incoming_window,
-        outgoing_window=outgoing_window,
-        handle_max=handle_max,
-        offered_capabilities=offered_capabilities,
-        desired_capabilities=desired_capabilities,
-        properties=properties,
-    ), e
+    m = new(Begin)
+    s = _SET_BEGIN
+    s[0](m, remote_channel)
+    s[1](m, next_outgoing_id)
+    s[2](m, incoming_window)
+    s[3](m, outgoing_window)
+    s[4](m, handle_max)
+    s[5](m, offered_capabilities)
+    s[6](m, desired_capabilities)
+    s[7](m, properties)
+    return m, e
 
 
 def _encode_begin(m: Begin) -> bytes:
@@ -867,7 +925,11 @@ def _encode_begin(m: Begin) -> bytes:
 
 
 def _decode_attach(b: Buffer, o: int, end: int, depth: int) -> tuple[Attach, int]:
-    count, o, e = composite_list(b, o, end, 'attach')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'attach')
     name: str | None = None
     handle: int | None = None
     role: bool | None = None
@@ -885,9 +947,23 @@ def _decode_attach(b: Buffer, o: int, end: int, depth: int) -> tuple[Attach, int
     if count > 0:
         name, o = field_string(b, o, e, 'attach.name')
     if count > 1:
-        handle, o = field_uint(b, o, e, 'attach.handle')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            handle, o = b[o + 1], o + 2
+        elif c == 0x43:
+            handle, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            handle, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            handle, o = field_uint(b, o, e, 'attach.handle')
     if count > 2:
-        role, o = field_boolean(b, o, e, 'attach.role')
+        c = b[o] if o < e else -1
+        if c == 0x42:
+            role, o = False, o + 1
+        elif c == 0x41:
+            role, o = True, o + 1
+        else:
+            role, o = field_boolean(b, o, e, 'attach.role')
     if count > 3:
         snd_settle_mode, o = field_ubyte(b, o, e, 'attach.snd-settle-mode')
     if count > 4:
@@ -899,9 +975,23 @@ def _decode_attach(b: Buffer, o: int, end: int, depth: int) -> tuple[Attach, int
     if count > 7:
         unsettled, o = field_map(b, o, e, depth, 'attach.unsettled')
     if count > 8:
-        incomplete_unsettled, o = field_boolean(b, o, e, 'attach.incomplete-unsettled')
+        c = b[o] if o < e else -1
+        if c == 0x42:
+            incomplete_unsettled, o = False, o + 1
+        elif c == 0x41:
+            incomplete_unsettled, o = True, o + 1
+        else:
+            incomplete_unsettled, o = field_boolean(b, o, e, 'attach.incomplete-unsettled')
     if count > 9:
-        initial_delivery_count, o = field_uint(b, o, e, 'attach.initial-delivery-count')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            initial_delivery_count, o = b[o + 1], o + 2
+        elif c == 0x43:
+            initial_delivery_count, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            initial_delivery_count, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            initial_delivery_count, o = field_uint(b, o, e, 'attach.initial-delivery-count')
     if count > 10:
         max_message_size, o = field_ulong(b, o, e, 'attach.max-message-size')
     if count > 11:
@@ -926,22 +1016,23 @@ def _decode_attach(b: Buffer, o: int, end: int, depth: int) -> tuple[Attach, int
         rcv_settle_mode = 0
     if incomplete_unsettled is None:
         incomplete_unsettled = False
-    return Attach(
-        name=name,
-        handle=handle,
-        role=role,
-        snd_settle_mode=snd_settle_mode,
-        rcv_settle_mode=rcv_settle_mode,
-        source=source,
-        target=target,
-        unsettled=unsettled,
-        incomplete_unsettled=incomplete_unsettled,
-        initial_delivery_count=initial_delivery_count,
-        max_message_size=max_message_size,
-        offered_capabilities=offered_capabilities,
-        desired_capabilities=desired_capabilities,
-        properties=properties,
-    ), e
+    m = new(Attach)
+    s = _SET_ATTACH
+    s[0](m, name)
+    s[1](m, handle)
+    s[2](m, role)
+    s[3](m, snd_settle_mode)
+    s[4](m, rcv_settle_mode)
+    s[5](m, source)
+    s[6](m, target)
+    s[7](m, unsettled)
+    s[8](m, incomplete_unsettled)
+    s[9](m, initial_delivery_count)
+    s[10](m, max_message_size)
+    s[11](m, offered_capabilities)
+    s[12](m, desired_capabilities)
+    s[13](m, properties)
+    return m, e
 
 
 def _encode_attach(m: Attach) -> bytes:
@@ -964,7 +1055,11 @@ def _encode_attach(m: Attach) -> bytes:
 
 
 def _decode_flow(b: Buffer, o: int, end: int, depth: int) -> tuple[Flow, int]:
-    count, o, e = composite_list(b, o, end, 'flow')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'flow')
     next_incoming_id: int | None = None
     incoming_window: int | None = None
     next_outgoing_id: int | None = None
@@ -977,25 +1072,101 @@ def _decode_flow(b: Buffer, o: int, end: int, depth: int) -> tuple[Flow, int]:
     echo: bool | None = None
     properties: dict[Any, Any] | None = None
     if count > 0:
-        next_incoming_id, o = field_uint(b, o, e, 'flow.next-incoming-id')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            next_incoming_id, o = b[o + 1], o + 2
+        elif c == 0x43:
+            next_incoming_id, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            next_incoming_id, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            next_incoming_id, o = field_uint(b, o, e, 'flow.next-incoming-id')
     if count > 1:
-        incoming_window, o = field_uint(b, o, e, 'flow.incoming-window')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            incoming_window, o = b[o + 1], o + 2
+        elif c == 0x43:
+            incoming_window, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            incoming_window, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            incoming_window, o = field_uint(b, o, e, 'flow.incoming-window')
     if count > 2:
-        next_outgoing_id, o = field_uint(b, o, e, 'flow.next-outgoing-id')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            next_outgoing_id, o = b[o + 1], o + 2
+        elif c == 0x43:
+            next_outgoing_id, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            next_outgoing_id, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            next_outgoing_id, o = field_uint(b, o, e, 'flow.next-outgoing-id')
     if count > 3:
-        outgoing_window, o = field_uint(b, o, e, 'flow.outgoing-window')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            outgoing_window, o = b[o + 1], o + 2
+        elif c == 0x43:
+            outgoing_window, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            outgoing_window, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            outgoing_window, o = field_uint(b, o, e, 'flow.outgoing-window')
     if count > 4:
-        handle, o = field_uint(b, o, e, 'flow.handle')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            handle, o = b[o + 1], o + 2
+        elif c == 0x43:
+            handle, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            handle, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            handle, o = field_uint(b, o, e, 'flow.handle')
     if count > 5:
-        delivery_count, o = field_uint(b, o, e, 'flow.delivery-count')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            delivery_count, o = b[o + 1], o + 2
+        elif c == 0x43:
+            delivery_count, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            delivery_count, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            delivery_count, o = field_uint(b, o, e, 'flow.delivery-count')
     if count > 6:
-        link_credit, o = field_uint(b, o, e, 'flow.link-credit')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            link_credit, o = b[o + 1], o + 2
+        elif c == 0x43:
+            link_credit, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            link_credit, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            link_credit, o = field_uint(b, o, e, 'flow.link-credit')
     if count > 7:
-        available, o = field_uint(b, o, e, 'flow.available')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            available, o = b[o + 1], o + 2
+        elif c == 0x43:
+            available, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            available, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            available, o = field_uint(b, o, e, 'flow.available')
     if count > 8:
-        drain, o = field_boolean(b, o, e, 'flow.drain')
+        c = b[o] if o < e else -1
+        if c == 0x42:
+            drain, o = False, o + 1
+        elif c == 0x41:
+            drain, o = True, o + 1
+        else:
+            drain, o = field_boolean(b, o, e, 'flow.drain')
     if count > 9:
-        echo, o = field_boolean(b, o, e, 'flow.echo')
+        c = b[o] if o < e else -1
+        if c == 0x42:
+            echo, o = False, o + 1
+        elif c == 0x41:
+            echo, o = True, o + 1
+        else:
+            echo, o = field_boolean(b, o, e, 'flow.echo')
     if count > 10:
         properties, o = field_map(b, o, e, depth, 'flow.properties')
     if count > 11:
@@ -1012,19 +1183,20 @@ def _decode_flow(b: Buffer, o: int, end: int, depth: int) -> tuple[Flow, int]:
         drain = False
     if echo is None:
         echo = False
-    return Flow(
-        next_incoming_id=next_incoming_id,
-        incoming_window=incoming_window,
-        next_outgoing_id=next_outgoing_id,
-        outgoing_window=outgoing_window,
-        handle=handle,
-        delivery_count=delivery_count,
-        link_credit=link_credit,
-        available=available,
-        drain=drain,
-        echo=echo,
-        properties=properties,
-    ), e
+    m = new(Flow)
+    s = _SET_FLOW
+    s[0](m, next_incoming_id)
+    s[1](m, incoming_window)
+    s[2](m, next_outgoing_id)
+    s[3](m, outgoing_window)
+    s[4](m, handle)
+    s[5](m, delivery_count)
+    s[6](m, link_credit)
+    s[7](m, available)
+    s[8](m, drain)
+    s[9](m, echo)
+    s[10](m, properties)
+    return m, e
 
 
 def _encode_flow(m: Flow) -> bytes:
@@ -1044,7 +1216,11 @@ def _encode_flow(m: Flow) -> bytes:
 
 
 def _decode_transfer(b: Buffer, o: int, end: int, depth: int) -> tuple[Transfer, int]:
-    count, o, e = composite_list(b, o, end, 'transfer')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'transfer')
     handle: int | None = None
     delivery_id: int | None = None
     delivery_tag: bytes | None = None
@@ -1057,27 +1233,85 @@ def _decode_transfer(b: Buffer, o: int, end: int, depth: int) -> tuple[Transfer,
     aborted: bool | None = None
     batchable: bool | None = None
     if count > 0:
-        handle, o = field_uint(b, o, e, 'transfer.handle')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            handle, o = b[o + 1], o + 2
+        elif c == 0x43:
+            handle, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            handle, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            handle, o = field_uint(b, o, e, 'transfer.handle')
     if count > 1:
-        delivery_id, o = field_uint(b, o, e, 'transfer.delivery-id')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            delivery_id, o = b[o + 1], o + 2
+        elif c == 0x43:
+            delivery_id, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            delivery_id, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            delivery_id, o = field_uint(b, o, e, 'transfer.delivery-id')
     if count > 2:
-        delivery_tag, o = field_binary(b, o, e, 'transfer.delivery-tag')
+        c = b[o] if o < e else -1
+        if c == 0xa0 and o + 2 <= e and o + 2 + b[o + 1] <= e:
+            delivery_tag, o = bytes(b[o + 2:o + 2 + b[o + 1]]), o + 2 + b[o + 1]
+        else:
+            delivery_tag, o = field_binary(b, o, e, 'transfer.delivery-tag')
     if count > 3:
-        message_format, o = field_uint(b, o, e, 'transfer.message-format')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            message_format, o = b[o + 1], o + 2
+        elif c == 0x43:
+            message_format, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            message_format, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            message_format, o = field_uint(b, o, e, 'transfer.message-format')
     if count > 4:
-        settled, o = field_boolean(b, o, e, 'transfer.settled')
+        c = b[o] if o < e else -1
+        if c == 0x42:
+            settled, o = False, o + 1
+        elif c == 0x41:
+            settled, o = True, o + 1
+        else:
+            settled, o = field_boolean(b, o, e, 'transfer.settled')
     if count > 5:
-        more, o = field_boolean(b, o, e, 'transfer.more')
+        c = b[o] if o < e else -1
+        if c == 0x42:
+            more, o = False, o + 1
+        elif c == 0x41:
+            more, o = True, o + 1
+        else:
+            more, o = field_boolean(b, o, e, 'transfer.more')
     if count > 6:
         rcv_settle_mode, o = field_ubyte(b, o, e, 'transfer.rcv-settle-mode')
     if count > 7:
         state, o = field_any(b, o, e, depth, 'transfer.state')
     if count > 8:
-        resume, o = field_boolean(b, o, e, 'transfer.resume')
+        c = b[o] if o < e else -1
+        if c == 0x42:
+            resume, o = False, o + 1
+        elif c == 0x41:
+            resume, o = True, o + 1
+        else:
+            resume, o = field_boolean(b, o, e, 'transfer.resume')
     if count > 9:
-        aborted, o = field_boolean(b, o, e, 'transfer.aborted')
+        c = b[o] if o < e else -1
+        if c == 0x42:
+            aborted, o = False, o + 1
+        elif c == 0x41:
+            aborted, o = True, o + 1
+        else:
+            aborted, o = field_boolean(b, o, e, 'transfer.aborted')
     if count > 10:
-        batchable, o = field_boolean(b, o, e, 'transfer.batchable')
+        c = b[o] if o < e else -1
+        if c == 0x42:
+            batchable, o = False, o + 1
+        elif c == 0x41:
+            batchable, o = True, o + 1
+        else:
+            batchable, o = field_boolean(b, o, e, 'transfer.batchable')
     if count > 11:
         o = skip_values(b, o, e, count - 11, 'transfer')
     if o != e:
@@ -1092,19 +1326,20 @@ def _decode_transfer(b: Buffer, o: int, end: int, depth: int) -> tuple[Transfer,
         aborted = False
     if batchable is None:
         batchable = False
-    return Transfer(
-        handle=handle,
-        delivery_id=delivery_id,
-        delivery_tag=delivery_tag,
-        message_format=message_format,
-        settled=settled,
-        more=more,
-        rcv_settle_mode=rcv_settle_mode,
-        state=state,
-        resume=resume,
-        aborted=aborted,
-        batchable=batchable,
-    ), e
+    m = new(Transfer)
+    s = _SET_TRANSFER
+    s[0](m, handle)
+    s[1](m, delivery_id)
+    s[2](m, delivery_tag)
+    s[3](m, message_format)
+    s[4](m, settled)
+    s[5](m, more)
+    s[6](m, rcv_settle_mode)
+    s[7](m, state)
+    s[8](m, resume)
+    s[9](m, aborted)
+    s[10](m, batchable)
+    return m, e
 
 
 def _encode_transfer(m: Transfer) -> bytes:
@@ -1124,7 +1359,11 @@ def _encode_transfer(m: Transfer) -> bytes:
 
 
 def _decode_disposition(b: Buffer, o: int, end: int, depth: int) -> tuple[Disposition, int]:
-    count, o, e = composite_list(b, o, end, 'disposition')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'disposition')
     role: bool | None = None
     first: int | None = None
     last: int | None = None
@@ -1132,17 +1371,51 @@ def _decode_disposition(b: Buffer, o: int, end: int, depth: int) -> tuple[Dispos
     state: Any = None
     batchable: bool | None = None
     if count > 0:
-        role, o = field_boolean(b, o, e, 'disposition.role')
+        c = b[o] if o < e else -1
+        if c == 0x42:
+            role, o = False, o + 1
+        elif c == 0x41:
+            role, o = True, o + 1
+        else:
+            role, o = field_boolean(b, o, e, 'disposition.role')
     if count > 1:
-        first, o = field_uint(b, o, e, 'disposition.first')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            first, o = b[o + 1], o + 2
+        elif c == 0x43:
+            first, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            first, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            first, o = field_uint(b, o, e, 'disposition.first')
     if count > 2:
-        last, o = field_uint(b, o, e, 'disposition.last')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            last, o = b[o + 1], o + 2
+        elif c == 0x43:
+            last, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            last, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            last, o = field_uint(b, o, e, 'disposition.last')
     if count > 3:
-        settled, o = field_boolean(b, o, e, 'disposition.settled')
+        c = b[o] if o < e else -1
+        if c == 0x42:
+            settled, o = False, o + 1
+        elif c == 0x41:
+            settled, o = True, o + 1
+        else:
+            settled, o = field_boolean(b, o, e, 'disposition.settled')
     if count > 4:
         state, o = field_any(b, o, e, depth, 'disposition.state')
     if count > 5:
-        batchable, o = field_boolean(b, o, e, 'disposition.batchable')
+        c = b[o] if o < e else -1
+        if c == 0x42:
+            batchable, o = False, o + 1
+        elif c == 0x41:
+            batchable, o = True, o + 1
+        else:
+            batchable, o = field_boolean(b, o, e, 'disposition.batchable')
     if count > 6:
         o = skip_values(b, o, e, count - 6, 'disposition')
     if o != e:
@@ -1155,14 +1428,15 @@ def _decode_disposition(b: Buffer, o: int, end: int, depth: int) -> tuple[Dispos
         settled = False
     if batchable is None:
         batchable = False
-    return Disposition(
-        role=role,
-        first=first,
-        last=last,
-        settled=settled,
-        state=state,
-        batchable=batchable,
-    ), e
+    m = new(Disposition)
+    s = _SET_DISPOSITION
+    s[0](m, role)
+    s[1](m, first)
+    s[2](m, last)
+    s[3](m, settled)
+    s[4](m, state)
+    s[5](m, batchable)
+    return m, e
 
 
 def _encode_disposition(m: Disposition) -> bytes:
@@ -1177,14 +1451,32 @@ def _encode_disposition(m: Disposition) -> bytes:
 
 
 def _decode_detach(b: Buffer, o: int, end: int, depth: int) -> tuple[Detach, int]:
-    count, o, e = composite_list(b, o, end, 'detach')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'detach')
     handle: int | None = None
     closed: bool | None = None
     error: Error | None = None
     if count > 0:
-        handle, o = field_uint(b, o, e, 'detach.handle')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            handle, o = b[o + 1], o + 2
+        elif c == 0x43:
+            handle, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            handle, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            handle, o = field_uint(b, o, e, 'detach.handle')
     if count > 1:
-        closed, o = field_boolean(b, o, e, 'detach.closed')
+        c = b[o] if o < e else -1
+        if c == 0x42:
+            closed, o = False, o + 1
+        elif c == 0x41:
+            closed, o = True, o + 1
+        else:
+            closed, o = field_boolean(b, o, e, 'detach.closed')
     if count > 2:
         error, o = field_any(b, o, e, depth, 'detach.error')
         if error is not None and not isinstance(error, Error):
@@ -1197,11 +1489,12 @@ def _decode_detach(b: Buffer, o: int, end: int, depth: int) -> tuple[Detach, int
         raise mandatory('detach.handle', o)
     if closed is None:
         closed = False
-    return Detach(
-        handle=handle,
-        closed=closed,
-        error=error,
-    ), e
+    m = new(Detach)
+    s = _SET_DETACH
+    s[0](m, handle)
+    s[1](m, closed)
+    s[2](m, error)
+    return m, e
 
 
 def _encode_detach(m: Detach) -> bytes:
@@ -1213,7 +1506,11 @@ def _encode_detach(m: Detach) -> bytes:
 
 
 def _decode_end(b: Buffer, o: int, end: int, depth: int) -> tuple[End, int]:
-    count, o, e = composite_list(b, o, end, 'end')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'end')
     error: Error | None = None
     if count > 0:
         error, o = field_any(b, o, e, depth, 'end.error')
@@ -1223,9 +1520,10 @@ def _decode_end(b: Buffer, o: int, end: int, depth: int) -> tuple[End, int]:
         o = skip_values(b, o, e, count - 1, 'end')
     if o != e:
         raise list_mismatch('end', o, e)
-    return End(
-        error=error,
-    ), e
+    m = new(End)
+    s = _SET_END
+    s[0](m, error)
+    return m, e
 
 
 def _encode_end(m: End) -> bytes:
@@ -1235,7 +1533,11 @@ def _encode_end(m: End) -> bytes:
 
 
 def _decode_close(b: Buffer, o: int, end: int, depth: int) -> tuple[Close, int]:
-    count, o, e = composite_list(b, o, end, 'close')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'close')
     error: Error | None = None
     if count > 0:
         error, o = field_any(b, o, e, depth, 'close.error')
@@ -1245,9 +1547,10 @@ def _decode_close(b: Buffer, o: int, end: int, depth: int) -> tuple[Close, int]:
         o = skip_values(b, o, e, count - 1, 'close')
     if o != e:
         raise list_mismatch('close', o, e)
-    return Close(
-        error=error,
-    ), e
+    m = new(Close)
+    s = _SET_CLOSE
+    s[0](m, error)
+    return m, e
 
 
 def _encode_close(m: Close) -> bytes:
@@ -1257,7 +1560,11 @@ def _encode_close(m: Close) -> bytes:
 
 
 def _decode_error(b: Buffer, o: int, end: int, depth: int) -> tuple[Error, int]:
-    count, o, e = composite_list(b, o, end, 'error')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'error')
     condition: str | None = None
     description: str | None = None
     info: dict[Any, Any] | None = None
@@ -1273,11 +1580,12 @@ def _decode_error(b: Buffer, o: int, end: int, depth: int) -> tuple[Error, int]:
         raise list_mismatch('error', o, e)
     if condition is None:
         raise mandatory('error.condition', o)
-    return Error(
-        condition=condition,
-        description=description,
-        info=info,
-    ), e
+    m = new(Error)
+    s = _SET_ERROR
+    s[0](m, condition)
+    s[1](m, description)
+    s[2](m, info)
+    return m, e
 
 
 def _encode_error(m: Error) -> bytes:
@@ -1289,22 +1597,54 @@ def _encode_error(m: Error) -> bytes:
 
 
 def _decode_header(b: Buffer, o: int, end: int, depth: int) -> tuple[Header, int]:
-    count, o, e = composite_list(b, o, end, 'header')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'header')
     durable: bool | None = None
     priority: int | None = None
     ttl: int | None = None
     first_acquirer: bool | None = None
     delivery_count: int | None = None
     if count > 0:
-        durable, o = field_boolean(b, o, e, 'header.durable')
+        c = b[o] if o < e else -1
+        if c == 0x42:
+            durable, o = False, o + 1
+        elif c == 0x41:
+            durable, o = True, o + 1
+        else:
+            durable, o = field_boolean(b, o, e, 'header.durable')
     if count > 1:
         priority, o = field_ubyte(b, o, e, 'header.priority')
     if count > 2:
-        ttl, o = field_uint(b, o, e, 'header.ttl')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            ttl, o = b[o + 1], o + 2
+        elif c == 0x43:
+            ttl, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            ttl, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            ttl, o = field_uint(b, o, e, 'header.ttl')
     if count > 3:
-        first_acquirer, o = field_boolean(b, o, e, 'header.first-acquirer')
+        c = b[o] if o < e else -1
+        if c == 0x42:
+            first_acquirer, o = False, o + 1
+        elif c == 0x41:
+            first_acquirer, o = True, o + 1
+        else:
+            first_acquirer, o = field_boolean(b, o, e, 'header.first-acquirer')
     if count > 4:
-        delivery_count, o = field_uint(b, o, e, 'header.delivery-count')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            delivery_count, o = b[o + 1], o + 2
+        elif c == 0x43:
+            delivery_count, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            delivery_count, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            delivery_count, o = field_uint(b, o, e, 'header.delivery-count')
     if count > 5:
         o = skip_values(b, o, e, count - 5, 'header')
     if o != e:
@@ -1317,13 +1657,14 @@ def _decode_header(b: Buffer, o: int, end: int, depth: int) -> tuple[Header, int
         first_acquirer = False
     if delivery_count is None:
         delivery_count = 0
-    return Header(
-        durable=durable,
-        priority=priority,
-        ttl=ttl,
-        first_acquirer=first_acquirer,
-        delivery_count=delivery_count,
-    ), e
+    m = new(Header)
+    s = _SET_HEADER
+    s[0](m, durable)
+    s[1](m, priority)
+    s[2](m, ttl)
+    s[3](m, first_acquirer)
+    s[4](m, delivery_count)
+    return m, e
 
 
 def _encode_header(m: Header) -> bytes:
@@ -1359,7 +1700,11 @@ def _encode_message_annotations(m: MessageAnnotations) -> bytes:
 
 
 def _decode_properties(b: Buffer, o: int, end: int, depth: int) -> tuple[Properties, int]:
-    count, o, e = composite_list(b, o, end, 'properties')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'properties')
     message_id: Any = None
     user_id: bytes | None = None
     to: Any = None
@@ -1376,7 +1721,11 @@ def _decode_properties(b: Buffer, o: int, end: int, depth: int) -> tuple[Propert
     if count > 0:
         message_id, o = field_any(b, o, e, depth, 'properties.message-id')
     if count > 1:
-        user_id, o = field_binary(b, o, e, 'properties.user-id')
+        c = b[o] if o < e else -1
+        if c == 0xa0 and o + 2 <= e and o + 2 + b[o + 1] <= e:
+            user_id, o = bytes(b[o + 2:o + 2 + b[o + 1]]), o + 2 + b[o + 1]
+        else:
+            user_id, o = field_binary(b, o, e, 'properties.user-id')
     if count > 2:
         to, o = field_any(b, o, e, depth, 'properties.to')
     if count > 3:
@@ -1396,28 +1745,37 @@ def _decode_properties(b: Buffer, o: int, end: int, depth: int) -> tuple[Propert
     if count > 10:
         group_id, o = field_string(b, o, e, 'properties.group-id')
     if count > 11:
-        group_sequence, o = field_uint(b, o, e, 'properties.group-sequence')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            group_sequence, o = b[o + 1], o + 2
+        elif c == 0x43:
+            group_sequence, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            group_sequence, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            group_sequence, o = field_uint(b, o, e, 'properties.group-sequence')
     if count > 12:
         reply_to_group_id, o = field_string(b, o, e, 'properties.reply-to-group-id')
     if count > 13:
         o = skip_values(b, o, e, count - 13, 'properties')
     if o != e:
         raise list_mismatch('properties', o, e)
-    return Properties(
-        message_id=message_id,
-        user_id=user_id,
-        to=to,
-        subject=subject,
-        reply_to=reply_to,
-        correlation_id=correlation_id,
-        content_type=content_type,
-        content_encoding=content_encoding,
-        absolute_expiry_time=absolute_expiry_time,
-        creation_time=creation_time,
-        group_id=group_id,
-        group_sequence=group_sequence,
-        reply_to_group_id=reply_to_group_id,
-    ), e
+    m = new(Properties)
+    s = _SET_PROPERTIES
+    s[0](m, message_id)
+    s[1](m, user_id)
+    s[2](m, to)
+    s[3](m, subject)
+    s[4](m, reply_to)
+    s[5](m, correlation_id)
+    s[6](m, content_type)
+    s[7](m, content_encoding)
+    s[8](m, absolute_expiry_time)
+    s[9](m, creation_time)
+    s[10](m, group_id)
+    s[11](m, group_sequence)
+    s[12](m, reply_to_group_id)
+    return m, e
 
 
 def _encode_properties(m: Properties) -> bytes:
@@ -1492,11 +1850,23 @@ def _encode_footer(m: Footer) -> bytes:
 
 
 def _decode_received(b: Buffer, o: int, end: int, depth: int) -> tuple[Received, int]:
-    count, o, e = composite_list(b, o, end, 'received')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'received')
     section_number: int | None = None
     section_offset: int | None = None
     if count > 0:
-        section_number, o = field_uint(b, o, e, 'received.section-number')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            section_number, o = b[o + 1], o + 2
+        elif c == 0x43:
+            section_number, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            section_number, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            section_number, o = field_uint(b, o, e, 'received.section-number')
     if count > 1:
         section_offset, o = field_ulong(b, o, e, 'received.section-offset')
     if count > 2:
@@ -1507,10 +1877,11 @@ def _decode_received(b: Buffer, o: int, end: int, depth: int) -> tuple[Received,
         raise mandatory('received.section-number', o)
     if section_offset is None:
         raise mandatory('received.section-offset', o)
-    return Received(
-        section_number=section_number,
-        section_offset=section_offset,
-    ), e
+    m = new(Received)
+    s = _SET_RECEIVED
+    s[0](m, section_number)
+    s[1](m, section_offset)
+    return m, e
 
 
 def _encode_received(m: Received) -> bytes:
@@ -1521,13 +1892,16 @@ def _encode_received(m: Received) -> bytes:
 
 
 def _decode_accepted(b: Buffer, o: int, end: int, depth: int) -> tuple[Accepted, int]:
-    count, o, e = composite_list(b, o, end, 'accepted')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'accepted')
     if count > 0:
         o = skip_values(b, o, e, count - 0, 'accepted')
     if o != e:
         raise list_mismatch('accepted', o, e)
-    return Accepted(
-    ), e
+    return Accepted(), e
 
 
 def _encode_accepted(m: Accepted) -> bytes:
@@ -1535,7 +1909,11 @@ def _encode_accepted(m: Accepted) -> bytes:
 
 
 def _decode_rejected(b: Buffer, o: int, end: int, depth: int) -> tuple[Rejected, int]:
-    count, o, e = composite_list(b, o, end, 'rejected')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'rejected')
     error: Error | None = None
     if count > 0:
         error, o = field_any(b, o, e, depth, 'rejected.error')
@@ -1545,9 +1923,10 @@ def _decode_rejected(b: Buffer, o: int, end: int, depth: int) -> tuple[Rejected,
         o = skip_values(b, o, e, count - 1, 'rejected')
     if o != e:
         raise list_mismatch('rejected', o, e)
-    return Rejected(
-        error=error,
-    ), e
+    m = new(Rejected)
+    s = _SET_REJECTED
+    s[0](m, error)
+    return m, e
 
 
 def _encode_rejected(m: Rejected) -> bytes:
@@ -1557,13 +1936,16 @@ def _encode_rejected(m: Rejected) -> bytes:
 
 
 def _decode_released(b: Buffer, o: int, end: int, depth: int) -> tuple[Released, int]:
-    count, o, e = composite_list(b, o, end, 'released')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'released')
     if count > 0:
         o = skip_values(b, o, e, count - 0, 'released')
     if o != e:
         raise list_mismatch('released', o, e)
-    return Released(
-    ), e
+    return Released(), e
 
 
 def _encode_released(m: Released) -> bytes:
@@ -1571,25 +1953,42 @@ def _encode_released(m: Released) -> bytes:
 
 
 def _decode_modified(b: Buffer, o: int, end: int, depth: int) -> tuple[Modified, int]:
-    count, o, e = composite_list(b, o, end, 'modified')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'modified')
     delivery_failed: bool | None = None
     undeliverable_here: bool | None = None
     message_annotations: dict[Any, Any] | None = None
     if count > 0:
-        delivery_failed, o = field_boolean(b, o, e, 'modified.delivery-failed')
+        c = b[o] if o < e else -1
+        if c == 0x42:
+            delivery_failed, o = False, o + 1
+        elif c == 0x41:
+            delivery_failed, o = True, o + 1
+        else:
+            delivery_failed, o = field_boolean(b, o, e, 'modified.delivery-failed')
     if count > 1:
-        undeliverable_here, o = field_boolean(b, o, e, 'modified.undeliverable-here')
+        c = b[o] if o < e else -1
+        if c == 0x42:
+            undeliverable_here, o = False, o + 1
+        elif c == 0x41:
+            undeliverable_here, o = True, o + 1
+        else:
+            undeliverable_here, o = field_boolean(b, o, e, 'modified.undeliverable-here')
     if count > 2:
         message_annotations, o = field_map(b, o, e, depth, 'modified.message-annotations')
     if count > 3:
         o = skip_values(b, o, e, count - 3, 'modified')
     if o != e:
         raise list_mismatch('modified', o, e)
-    return Modified(
-        delivery_failed=delivery_failed,
-        undeliverable_here=undeliverable_here,
-        message_annotations=message_annotations,
-    ), e
+    m = new(Modified)
+    s = _SET_MODIFIED
+    s[0](m, delivery_failed)
+    s[1](m, undeliverable_here)
+    s[2](m, message_annotations)
+    return m, e
 
 
 def _encode_modified(m: Modified) -> bytes:
@@ -1601,7 +2000,11 @@ def _encode_modified(m: Modified) -> bytes:
 
 
 def _decode_source(b: Buffer, o: int, end: int, depth: int) -> tuple[Source, int]:
-    count, o, e = composite_list(b, o, end, 'source')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'source')
     address: Any = None
     durable: int | None = None
     expiry_policy: str | None = None
@@ -1616,13 +2019,35 @@ def _decode_source(b: Buffer, o: int, end: int, depth: int) -> tuple[Source, int
     if count > 0:
         address, o = field_any(b, o, e, depth, 'source.address')
     if count > 1:
-        durable, o = field_uint(b, o, e, 'source.durable')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            durable, o = b[o + 1], o + 2
+        elif c == 0x43:
+            durable, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            durable, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            durable, o = field_uint(b, o, e, 'source.durable')
     if count > 2:
         expiry_policy, o = field_symbol(b, o, e, 'source.expiry-policy')
     if count > 3:
-        timeout, o = field_uint(b, o, e, 'source.timeout')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            timeout, o = b[o + 1], o + 2
+        elif c == 0x43:
+            timeout, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            timeout, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            timeout, o = field_uint(b, o, e, 'source.timeout')
     if count > 4:
-        dynamic, o = field_boolean(b, o, e, 'source.dynamic')
+        c = b[o] if o < e else -1
+        if c == 0x42:
+            dynamic, o = False, o + 1
+        elif c == 0x41:
+            dynamic, o = True, o + 1
+        else:
+            dynamic, o = field_boolean(b, o, e, 'source.dynamic')
     if count > 5:
         dynamic_node_properties, o = field_map(b, o, e, depth, 'source.dynamic-node-properties')
     if count > 6:
@@ -1647,19 +2072,20 @@ def _decode_source(b: Buffer, o: int, end: int, depth: int) -> tuple[Source, int
         timeout = 0
     if dynamic is None:
         dynamic = False
-    return Source(
-        address=address,
-        durable=durable,
-        expiry_policy=expiry_policy,
-        timeout=timeout,
-        dynamic=dynamic,
-        dynamic_node_properties=dynamic_node_properties,
-        distribution_mode=distribution_mode,
-        filter=filter,
-        default_outcome=default_outcome,
-        outcomes=outcomes,
-        capabilities=capabilities,
-    ), e
+    m = new(Source)
+    s = _SET_SOURCE
+    s[0](m, address)
+    s[1](m, durable)
+    s[2](m, expiry_policy)
+    s[3](m, timeout)
+    s[4](m, dynamic)
+    s[5](m, dynamic_node_properties)
+    s[6](m, distribution_mode)
+    s[7](m, filter)
+    s[8](m, default_outcome)
+    s[9](m, outcomes)
+    s[10](m, capabilities)
+    return m, e
 
 
 def _encode_source(m: Source) -> bytes:
@@ -1679,7 +2105,11 @@ def _encode_source(m: Source) -> bytes:
 
 
 def _decode_target(b: Buffer, o: int, end: int, depth: int) -> tuple[Target, int]:
-    count, o, e = composite_list(b, o, end, 'target')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'target')
     address: Any = None
     durable: int | None = None
     expiry_policy: str | None = None
@@ -1690,13 +2120,35 @@ def _decode_target(b: Buffer, o: int, end: int, depth: int) -> tuple[Target, int
     if count > 0:
         address, o = field_any(b, o, e, depth, 'target.address')
     if count > 1:
-        durable, o = field_uint(b, o, e, 'target.durable')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            durable, o = b[o + 1], o + 2
+        elif c == 0x43:
+            durable, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            durable, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            durable, o = field_uint(b, o, e, 'target.durable')
     if count > 2:
         expiry_policy, o = field_symbol(b, o, e, 'target.expiry-policy')
     if count > 3:
-        timeout, o = field_uint(b, o, e, 'target.timeout')
+        c = b[o] if o < e else -1
+        if c == 0x52 and o + 2 <= e:
+            timeout, o = b[o + 1], o + 2
+        elif c == 0x43:
+            timeout, o = 0, o + 1
+        elif c == 0x70 and o + 5 <= e:
+            timeout, o = unpack_uint(b, o + 1)[0], o + 5
+        else:
+            timeout, o = field_uint(b, o, e, 'target.timeout')
     if count > 4:
-        dynamic, o = field_boolean(b, o, e, 'target.dynamic')
+        c = b[o] if o < e else -1
+        if c == 0x42:
+            dynamic, o = False, o + 1
+        elif c == 0x41:
+            dynamic, o = True, o + 1
+        else:
+            dynamic, o = field_boolean(b, o, e, 'target.dynamic')
     if count > 5:
         dynamic_node_properties, o = field_map(b, o, e, depth, 'target.dynamic-node-properties')
     if count > 6:
@@ -1713,15 +2165,16 @@ def _decode_target(b: Buffer, o: int, end: int, depth: int) -> tuple[Target, int
         timeout = 0
     if dynamic is None:
         dynamic = False
-    return Target(
-        address=address,
-        durable=durable,
-        expiry_policy=expiry_policy,
-        timeout=timeout,
-        dynamic=dynamic,
-        dynamic_node_properties=dynamic_node_properties,
-        capabilities=capabilities,
-    ), e
+    m = new(Target)
+    s = _SET_TARGET
+    s[0](m, address)
+    s[1](m, durable)
+    s[2](m, expiry_policy)
+    s[3](m, timeout)
+    s[4](m, dynamic)
+    s[5](m, dynamic_node_properties)
+    s[6](m, capabilities)
+    return m, e
 
 
 def _encode_target(m: Target) -> bytes:
@@ -1737,13 +2190,16 @@ def _encode_target(m: Target) -> bytes:
 
 
 def _decode_delete_on_close(b: Buffer, o: int, end: int, depth: int) -> tuple[DeleteOnClose, int]:
-    count, o, e = composite_list(b, o, end, 'delete-on-close')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'delete-on-close')
     if count > 0:
         o = skip_values(b, o, e, count - 0, 'delete-on-close')
     if o != e:
         raise list_mismatch('delete-on-close', o, e)
-    return DeleteOnClose(
-    ), e
+    return DeleteOnClose(), e
 
 
 def _encode_delete_on_close(m: DeleteOnClose) -> bytes:
@@ -1751,13 +2207,16 @@ def _encode_delete_on_close(m: DeleteOnClose) -> bytes:
 
 
 def _decode_delete_on_no_links(b: Buffer, o: int, end: int, depth: int) -> tuple[DeleteOnNoLinks, int]:
-    count, o, e = composite_list(b, o, end, 'delete-on-no-links')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'delete-on-no-links')
     if count > 0:
         o = skip_values(b, o, e, count - 0, 'delete-on-no-links')
     if o != e:
         raise list_mismatch('delete-on-no-links', o, e)
-    return DeleteOnNoLinks(
-    ), e
+    return DeleteOnNoLinks(), e
 
 
 def _encode_delete_on_no_links(m: DeleteOnNoLinks) -> bytes:
@@ -1765,13 +2224,16 @@ def _encode_delete_on_no_links(m: DeleteOnNoLinks) -> bytes:
 
 
 def _decode_delete_on_no_messages(b: Buffer, o: int, end: int, depth: int) -> tuple[DeleteOnNoMessages, int]:
-    count, o, e = composite_list(b, o, end, 'delete-on-no-messages')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'delete-on-no-messages')
     if count > 0:
         o = skip_values(b, o, e, count - 0, 'delete-on-no-messages')
     if o != e:
         raise list_mismatch('delete-on-no-messages', o, e)
-    return DeleteOnNoMessages(
-    ), e
+    return DeleteOnNoMessages(), e
 
 
 def _encode_delete_on_no_messages(m: DeleteOnNoMessages) -> bytes:
@@ -1779,13 +2241,16 @@ def _encode_delete_on_no_messages(m: DeleteOnNoMessages) -> bytes:
 
 
 def _decode_delete_on_no_links_or_messages(b: Buffer, o: int, end: int, depth: int) -> tuple[DeleteOnNoLinksOrMessages, int]:
-    count, o, e = composite_list(b, o, end, 'delete-on-no-links-or-messages')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'delete-on-no-links-or-messages')
     if count > 0:
         o = skip_values(b, o, e, count - 0, 'delete-on-no-links-or-messages')
     if o != e:
         raise list_mismatch('delete-on-no-links-or-messages', o, e)
-    return DeleteOnNoLinksOrMessages(
-    ), e
+    return DeleteOnNoLinksOrMessages(), e
 
 
 def _encode_delete_on_no_links_or_messages(m: DeleteOnNoLinksOrMessages) -> bytes:
@@ -1793,7 +2258,11 @@ def _encode_delete_on_no_links_or_messages(m: DeleteOnNoLinksOrMessages) -> byte
 
 
 def _decode_sasl_mechanisms(b: Buffer, o: int, end: int, depth: int) -> tuple[SaslMechanisms, int]:
-    count, o, e = composite_list(b, o, end, 'sasl-mechanisms')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'sasl-mechanisms')
     sasl_server_mechanisms: Sequence[str] | None = None
     if count > 0:
         sasl_server_mechanisms, o = field_symbols(b, o, e, depth, 'sasl-mechanisms.sasl-server-mechanisms')
@@ -1803,9 +2272,10 @@ def _decode_sasl_mechanisms(b: Buffer, o: int, end: int, depth: int) -> tuple[Sa
         raise list_mismatch('sasl-mechanisms', o, e)
     if sasl_server_mechanisms is None:
         raise mandatory('sasl-mechanisms.sasl-server-mechanisms', o)
-    return SaslMechanisms(
-        sasl_server_mechanisms=sasl_server_mechanisms,
-    ), e
+    m = new(SaslMechanisms)
+    s = _SET_SASL_MECHANISMS
+    s[0](m, sasl_server_mechanisms)
+    return m, e
 
 
 def _encode_sasl_mechanisms(m: SaslMechanisms) -> bytes:
@@ -1815,14 +2285,22 @@ def _encode_sasl_mechanisms(m: SaslMechanisms) -> bytes:
 
 
 def _decode_sasl_init(b: Buffer, o: int, end: int, depth: int) -> tuple[SaslInit, int]:
-    count, o, e = composite_list(b, o, end, 'sasl-init')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'sasl-init')
     mechanism: str | None = None
     initial_response: bytes | None = None
     hostname: str | None = None
     if count > 0:
         mechanism, o = field_symbol(b, o, e, 'sasl-init.mechanism')
     if count > 1:
-        initial_response, o = field_binary(b, o, e, 'sasl-init.initial-response')
+        c = b[o] if o < e else -1
+        if c == 0xa0 and o + 2 <= e and o + 2 + b[o + 1] <= e:
+            initial_response, o = bytes(b[o + 2:o + 2 + b[o + 1]]), o + 2 + b[o + 1]
+        else:
+            initial_response, o = field_binary(b, o, e, 'sasl-init.initial-response')
     if count > 2:
         hostname, o = field_string(b, o, e, 'sasl-init.hostname')
     if count > 3:
@@ -1831,11 +2309,12 @@ def _decode_sasl_init(b: Buffer, o: int, end: int, depth: int) -> tuple[SaslInit
         raise list_mismatch('sasl-init', o, e)
     if mechanism is None:
         raise mandatory('sasl-init.mechanism', o)
-    return SaslInit(
-        mechanism=mechanism,
-        initial_response=initial_response,
-        hostname=hostname,
-    ), e
+    m = new(SaslInit)
+    s = _SET_SASL_INIT
+    s[0](m, mechanism)
+    s[1](m, initial_response)
+    s[2](m, hostname)
+    return m, e
 
 
 def _encode_sasl_init(m: SaslInit) -> bytes:
@@ -1847,19 +2326,28 @@ def _encode_sasl_init(m: SaslInit) -> bytes:
 
 
 def _decode_sasl_challenge(b: Buffer, o: int, end: int, depth: int) -> tuple[SaslChallenge, int]:
-    count, o, e = composite_list(b, o, end, 'sasl-challenge')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'sasl-challenge')
     challenge: bytes | None = None
     if count > 0:
-        challenge, o = field_binary(b, o, e, 'sasl-challenge.challenge')
+        c = b[o] if o < e else -1
+        if c == 0xa0 and o + 2 <= e and o + 2 + b[o + 1] <= e:
+            challenge, o = bytes(b[o + 2:o + 2 + b[o + 1]]), o + 2 + b[o + 1]
+        else:
+            challenge, o = field_binary(b, o, e, 'sasl-challenge.challenge')
     if count > 1:
         o = skip_values(b, o, e, count - 1, 'sasl-challenge')
     if o != e:
         raise list_mismatch('sasl-challenge', o, e)
     if challenge is None:
         raise mandatory('sasl-challenge.challenge', o)
-    return SaslChallenge(
-        challenge=challenge,
-    ), e
+    m = new(SaslChallenge)
+    s = _SET_SASL_CHALLENGE
+    s[0](m, challenge)
+    return m, e
 
 
 def _encode_sasl_challenge(m: SaslChallenge) -> bytes:
@@ -1869,19 +2357,28 @@ def _encode_sasl_challenge(m: SaslChallenge) -> bytes:
 
 
 def _decode_sasl_response(b: Buffer, o: int, end: int, depth: int) -> tuple[SaslResponse, int]:
-    count, o, e = composite_list(b, o, end, 'sasl-response')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'sasl-response')
     response: bytes | None = None
     if count > 0:
-        response, o = field_binary(b, o, e, 'sasl-response.response')
+        c = b[o] if o < e else -1
+        if c == 0xa0 and o + 2 <= e and o + 2 + b[o + 1] <= e:
+            response, o = bytes(b[o + 2:o + 2 + b[o + 1]]), o + 2 + b[o + 1]
+        else:
+            response, o = field_binary(b, o, e, 'sasl-response.response')
     if count > 1:
         o = skip_values(b, o, e, count - 1, 'sasl-response')
     if o != e:
         raise list_mismatch('sasl-response', o, e)
     if response is None:
         raise mandatory('sasl-response.response', o)
-    return SaslResponse(
-        response=response,
-    ), e
+    m = new(SaslResponse)
+    s = _SET_SASL_RESPONSE
+    s[0](m, response)
+    return m, e
 
 
 def _encode_sasl_response(m: SaslResponse) -> bytes:
@@ -1891,23 +2388,32 @@ def _encode_sasl_response(m: SaslResponse) -> bytes:
 
 
 def _decode_sasl_outcome(b: Buffer, o: int, end: int, depth: int) -> tuple[SaslOutcome, int]:
-    count, o, e = composite_list(b, o, end, 'sasl-outcome')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'sasl-outcome')
     code: int | None = None
     additional_data: bytes | None = None
     if count > 0:
         code, o = field_ubyte(b, o, e, 'sasl-outcome.code')
     if count > 1:
-        additional_data, o = field_binary(b, o, e, 'sasl-outcome.additional-data')
+        c = b[o] if o < e else -1
+        if c == 0xa0 and o + 2 <= e and o + 2 + b[o + 1] <= e:
+            additional_data, o = bytes(b[o + 2:o + 2 + b[o + 1]]), o + 2 + b[o + 1]
+        else:
+            additional_data, o = field_binary(b, o, e, 'sasl-outcome.additional-data')
     if count > 2:
         o = skip_values(b, o, e, count - 2, 'sasl-outcome')
     if o != e:
         raise list_mismatch('sasl-outcome', o, e)
     if code is None:
         raise mandatory('sasl-outcome.code', o)
-    return SaslOutcome(
-        code=code,
-        additional_data=additional_data,
-    ), e
+    m = new(SaslOutcome)
+    s = _SET_SASL_OUTCOME
+    s[0](m, code)
+    s[1](m, additional_data)
+    return m, e
 
 
 def _encode_sasl_outcome(m: SaslOutcome) -> bytes:
@@ -1918,7 +2424,11 @@ def _encode_sasl_outcome(m: SaslOutcome) -> bytes:
 
 
 def _decode_coordinator(b: Buffer, o: int, end: int, depth: int) -> tuple[Coordinator, int]:
-    count, o, e = composite_list(b, o, end, 'coordinator')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'coordinator')
     capabilities: Sequence[str] | None = None
     if count > 0:
         capabilities, o = field_symbols(b, o, e, depth, 'coordinator.capabilities')
@@ -1926,9 +2436,10 @@ def _decode_coordinator(b: Buffer, o: int, end: int, depth: int) -> tuple[Coordi
         o = skip_values(b, o, e, count - 1, 'coordinator')
     if o != e:
         raise list_mismatch('coordinator', o, e)
-    return Coordinator(
-        capabilities=capabilities,
-    ), e
+    m = new(Coordinator)
+    s = _SET_COORDINATOR
+    s[0](m, capabilities)
+    return m, e
 
 
 def _encode_coordinator(m: Coordinator) -> bytes:
@@ -1938,7 +2449,11 @@ def _encode_coordinator(m: Coordinator) -> bytes:
 
 
 def _decode_declare(b: Buffer, o: int, end: int, depth: int) -> tuple[Declare, int]:
-    count, o, e = composite_list(b, o, end, 'declare')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'declare')
     global_id: Any = None
     if count > 0:
         global_id, o = field_any(b, o, e, depth, 'declare.global-id')
@@ -1946,9 +2461,10 @@ def _decode_declare(b: Buffer, o: int, end: int, depth: int) -> tuple[Declare, i
         o = skip_values(b, o, e, count - 1, 'declare')
     if o != e:
         raise list_mismatch('declare', o, e)
-    return Declare(
-        global_id=global_id,
-    ), e
+    m = new(Declare)
+    s = _SET_DECLARE
+    s[0](m, global_id)
+    return m, e
 
 
 def _encode_declare(m: Declare) -> bytes:
@@ -1958,23 +2474,34 @@ def _encode_declare(m: Declare) -> bytes:
 
 
 def _decode_discharge(b: Buffer, o: int, end: int, depth: int) -> tuple[Discharge, int]:
-    count, o, e = composite_list(b, o, end, 'discharge')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'discharge')
     txn_id: Any = None
     fail: bool | None = None
     if count > 0:
         txn_id, o = field_any(b, o, e, depth, 'discharge.txn-id')
     if count > 1:
-        fail, o = field_boolean(b, o, e, 'discharge.fail')
+        c = b[o] if o < e else -1
+        if c == 0x42:
+            fail, o = False, o + 1
+        elif c == 0x41:
+            fail, o = True, o + 1
+        else:
+            fail, o = field_boolean(b, o, e, 'discharge.fail')
     if count > 2:
         o = skip_values(b, o, e, count - 2, 'discharge')
     if o != e:
         raise list_mismatch('discharge', o, e)
     if txn_id is None:
         raise mandatory('discharge.txn-id', o)
-    return Discharge(
-        txn_id=txn_id,
-        fail=fail,
-    ), e
+    m = new(Discharge)
+    s = _SET_DISCHARGE
+    s[0](m, txn_id)
+    s[1](m, fail)
+    return m, e
 
 
 def _encode_discharge(m: Discharge) -> bytes:
@@ -1985,7 +2512,11 @@ def _encode_discharge(m: Discharge) -> bytes:
 
 
 def _decode_declared(b: Buffer, o: int, end: int, depth: int) -> tuple[Declared, int]:
-    count, o, e = composite_list(b, o, end, 'declared')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'declared')
     txn_id: Any = None
     if count > 0:
         txn_id, o = field_any(b, o, e, depth, 'declared.txn-id')
@@ -1995,9 +2526,10 @@ def _decode_declared(b: Buffer, o: int, end: int, depth: int) -> tuple[Declared,
         raise list_mismatch('declared', o, e)
     if txn_id is None:
         raise mandatory('declared.txn-id', o)
-    return Declared(
-        txn_id=txn_id,
-    ), e
+    m = new(Declared)
+    s = _SET_DECLARED
+    s[0](m, txn_id)
+    return m, e
 
 
 def _encode_declared(m: Declared) -> bytes:
@@ -2007,7 +2539,11 @@ def _encode_declared(m: Declared) -> bytes:
 
 
 def _decode_transactional_state(b: Buffer, o: int, end: int, depth: int) -> tuple[TransactionalState, int]:
-    count, o, e = composite_list(b, o, end, 'transactional-state')
+    if o + 3 <= end and b[o] == 0xc0 and 1 <= b[o + 1] <= end - o - 2 and b[o + 2] < b[o + 1]:
+        count, e = b[o + 2], o + 2 + b[o + 1]
+        o += 3
+    else:
+        count, o, e = composite_list(b, o, end, 'transactional-state')
     txn_id: Any = None
     outcome: Any = None
     if count > 0:
@@ -2020,10 +2556,11 @@ def _decode_transactional_state(b: Buffer, o: int, end: int, depth: int) -> tupl
         raise list_mismatch('transactional-state', o, e)
     if txn_id is None:
         raise mandatory('transactional-state.txn-id', o)
-    return TransactionalState(
-        txn_id=txn_id,
-        outcome=outcome,
-    ), e
+    m = new(TransactionalState)
+    s = _SET_TRANSACTIONAL_STATE
+    s[0](m, txn_id)
+    s[1](m, outcome)
+    return m, e
 
 
 def _encode_transactional_state(m: TransactionalState) -> bytes:
@@ -2147,6 +2684,34 @@ __all__ = [
     'Declared',
     'TransactionalState',
 ]
+
+_SET_OPEN = slot_setters(Open)
+_SET_BEGIN = slot_setters(Begin)
+_SET_ATTACH = slot_setters(Attach)
+_SET_FLOW = slot_setters(Flow)
+_SET_TRANSFER = slot_setters(Transfer)
+_SET_DISPOSITION = slot_setters(Disposition)
+_SET_DETACH = slot_setters(Detach)
+_SET_END = slot_setters(End)
+_SET_CLOSE = slot_setters(Close)
+_SET_ERROR = slot_setters(Error)
+_SET_HEADER = slot_setters(Header)
+_SET_PROPERTIES = slot_setters(Properties)
+_SET_RECEIVED = slot_setters(Received)
+_SET_REJECTED = slot_setters(Rejected)
+_SET_MODIFIED = slot_setters(Modified)
+_SET_SOURCE = slot_setters(Source)
+_SET_TARGET = slot_setters(Target)
+_SET_SASL_MECHANISMS = slot_setters(SaslMechanisms)
+_SET_SASL_INIT = slot_setters(SaslInit)
+_SET_SASL_CHALLENGE = slot_setters(SaslChallenge)
+_SET_SASL_RESPONSE = slot_setters(SaslResponse)
+_SET_SASL_OUTCOME = slot_setters(SaslOutcome)
+_SET_COORDINATOR = slot_setters(Coordinator)
+_SET_DECLARE = slot_setters(Declare)
+_SET_DISCHARGE = slot_setters(Discharge)
+_SET_DECLARED = slot_setters(Declared)
+_SET_TRANSACTIONAL_STATE = slot_setters(TransactionalState)
 
 register(Open, _decode_open, _encode_open)
 register(Begin, _decode_begin, _encode_begin)

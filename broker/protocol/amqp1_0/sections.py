@@ -47,6 +47,7 @@ _LIST, _MAP, _BINARY = frozenset((0x45, 0xc0, 0xd0)), frozenset((0xc1, 0xd1)), f
 _VALUE_CODES: dict[int, frozenset[int] | None] = {
     HEADER: _LIST, DELIVERY_ANNOTATIONS: _MAP, MESSAGE_ANNOTATIONS: _MAP, PROPERTIES: _LIST,
     APPLICATION_PROPERTIES: _MAP, DATA: _BINARY, AMQP_SEQUENCE: _LIST, AMQP_VALUE: None, FOOTER: _MAP}
+_KINDS = {code: (_RANK[code], _VALUE_CODES[code]) for code in _RANK}
 _BARE = frozenset((PROPERTIES, APPLICATION_PROPERTIES, DATA, AMQP_SEQUENCE, AMQP_VALUE))
 
 #: "leave this section as it is" in :meth:`MessageSections.annotated`
@@ -86,19 +87,20 @@ def split_sections(payload: Buffer) -> list[SectionSpan]:
             descriptor, p = decode(payload, p, end, 1)
             code = _BY_SYMBOL.get(descriptor, -1) if type(descriptor) is Symbol else \
                 int(descriptor) if type(descriptor) is ULong else -1
-        if code not in _RANK:
+        kind = _KINDS.get(code)
+        if kind is None:
             raise DecodeError("not a message section descriptor", o + 1)
+        place, allowed = kind
         if p >= end:
             raise short(payload, p, 1, end, "message section value")
-        allowed = _VALUE_CODES[code]
         if allowed is not None and payload[p] not in allowed:
             raise DecodeError(f"{_CLASSES[code].NAME} section holds constructor 0x{payload[p]:02x}", p)
         stop = skip(payload, p, end)
-        if _RANK[code] < rank or (_RANK[code] == rank and (code != body or code == AMQP_VALUE)):
+        if place < rank or (place == rank and (code != body or code == AMQP_VALUE)):
             raise DecodeError(f"{_CLASSES[code].NAME} section out of order or repeated", o)
-        if _RANK[code] == 5:
+        if place == 5:
             body = code
-        rank = _RANK[code]
+        rank = place
         spans.append(SectionSpan(code, o, p, stop))
         o = stop
     return spans
