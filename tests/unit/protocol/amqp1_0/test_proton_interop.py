@@ -122,15 +122,30 @@ def test_proton_reads_a_message_we_build() -> None:
     assert message.properties == {"n": 1} and message.body == {"k": [1, 2]}
 
 
-def test_proton_transport_frames_decode_here() -> None:
+def _proton_client(max_frame_size: int | None = None) -> tuple[Any, Any, Any]:
+    """A proton client connection with one session opened: (connection, transport, session)."""
     connection = proton.Connection()
     connection.container = "proton-client"
     connection.hostname = "broker.example"
     transport = proton.Transport()
+    if max_frame_size is not None:
+        transport.max_frame_size = max_frame_size
     transport.bind(connection)
     connection.open()
     session = connection.session()
     session.open()
+    return connection, transport, session
+
+
+def _broker_side(*frames: bytes) -> bytes:
+    """What the broker would answer a client with: header, open, begin (to the client's session 0), frames."""
+    return (AMQP_HEADER + encode_frame(Open(container_id="deltamq", max_frame_size=512))
+            + encode_frame(Begin(remote_channel=0, next_outgoing_id=0, incoming_window=100, outgoing_window=100))
+            + b"".join(frames))
+
+
+def test_proton_transport_frames_decode_here() -> None:
+    connection, transport, session = _proton_client()
     sender = session.sender("the-link")
     sender.target.address = "q1"
     sender.open()
@@ -164,25 +179,16 @@ def test_proton_transport_reads_frames_written_here() -> None:
 
 def test_a_proton_delivery_reads_as_transfers_and_sections_here() -> None:
     from broker.protocol.amqp1_0.types import Flow, Transfer
-    connection = proton.Connection()
-    connection.container = "proton-client"
-    transport = proton.Transport()
-    transport.max_frame_size = 512               # a 2000-byte body must take several transfers
-    transport.bind(connection)
-    connection.open()
-    session = connection.session()
-    session.open()
+    connection, transport, session = _proton_client(512)        # a 2000-byte body takes several transfers
     sender = session.sender("out")
     sender.target.address = "q"
     sender.open()
     transport.pop(transport.pending())            # its header, open, begin, attach: read elsewhere
     # play the broker: open, begin, attach (receiver) and credit
-    transport.push(AMQP_HEADER + encode_frame(Open(container_id="deltamq", max_frame_size=512))
-                   + encode_frame(Begin(remote_channel=0, next_outgoing_id=0, incoming_window=100,
-                                        outgoing_window=100))
-                   + encode_frame(Attach(name="out", handle=0, role=True, target=Target(address="q")))
-                   + encode_frame(Flow(next_incoming_id=0, incoming_window=100, next_outgoing_id=0,
-                                       outgoing_window=100, handle=0, delivery_count=0, link_credit=10)))
+    transport.push(_broker_side(encode_frame(Attach(name="out", handle=0, role=True, target=Target(address="q"))),
+                                encode_frame(Flow(next_incoming_id=0, incoming_window=100, next_outgoing_id=0,
+                                                  outgoing_window=100, handle=0, delivery_count=0,
+                                                  link_credit=10))))
     assert sender.credit == 10
     sender.delivery(b"tag-1")
     sender.send(proton.Message(body=b"x" * 2000, durable=True, subject="big",
@@ -202,26 +208,17 @@ def test_a_proton_delivery_reads_as_transfers_and_sections_here() -> None:
 def test_proton_receives_a_delivery_split_into_transfers_here() -> None:
     from broker.protocol.amqp1_0.framing import transfer_frames
     from broker.protocol.amqp1_0.types import Data, Transfer
-    connection = proton.Connection()
-    transport = proton.Transport()
-    transport.max_frame_size = 512
-    transport.bind(connection)
-    connection.open()
-    session = connection.session()
-    session.open()
+    connection, transport, session = _proton_client(512)
     receiver = session.receiver("in")
     receiver.source.address = "q"
     receiver.open()
     receiver.flow(5)
     transport.pop(transport.pending())
     payload = encode_sections([Header(durable=True), Properties(subject="big"), Data(bytes(range(256)) * 8)])
-    transport.push(AMQP_HEADER + encode_frame(Open(container_id="deltamq", max_frame_size=512))
-                   + encode_frame(Begin(remote_channel=0, next_outgoing_id=0, incoming_window=100,
-                                        outgoing_window=100))
-                   + encode_frame(Attach(name="in", handle=0, role=False, source=Source(address="q"),
-                                         initial_delivery_count=0))
-                   + b"".join(transfer_frames(0, Transfer(handle=0, delivery_id=0, delivery_tag=b"d1",
-                                                          message_format=0, settled=False), payload, 512)))
+    transport.push(_broker_side(encode_frame(Attach(name="in", handle=0, role=False, source=Source(address="q"),
+                                                    initial_delivery_count=0)),
+                                *transfer_frames(0, Transfer(handle=0, delivery_id=0, delivery_tag=b"d1",
+                                                     message_format=0, settled=False), payload, 512)))
     assert transport.condition is None
     delivery = receiver.current
     assert delivery is not None and delivery.tag == "d1" and not delivery.partial       # proton: tags as str
