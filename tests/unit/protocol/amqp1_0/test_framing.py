@@ -158,3 +158,16 @@ def test_a_large_delivery_is_split_into_transfers_within_max_frame_size(size: in
     assert {(t.handle, t.delivery_id) for t, _ in decoded} == {(3, 9)}       # type: ignore[attr-defined]
     if len(frames) > 1:
         assert all(len(f) == 512 for f in frames[:-1])                      # full frames but the last
+
+
+def test_the_limit_rises_once_open_has_negotiated_it() -> None:
+    # spec 2.4.1: 512 octets until the open exchange; then the announced max-frame-size
+    big = encode_frame(Transfer(handle=0, delivery_id=0, delivery_tag=b"t"), payload=bytes(1000))
+    reader = FrameReader(512)
+    assert reader.feed(encode_frame(Open(container_id="c", max_frame_size=4096)))[0].performative()[0] == \
+        Open(container_id="c", max_frame_size=4096)
+    reader.max_frame_size = 4096
+    frame = reader.feed(big)[0]
+    assert frame.performative()[1] == bytes(1000)
+    with pytest.raises(FramingError):
+        FrameReader(512).feed(big)
