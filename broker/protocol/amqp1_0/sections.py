@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from .composite import Section
-from .decoding import Buffer, decode, short, skip
+from .decoding import DESCRIBED, Buffer, decode, short, skip
 from .definitions import (AmqpSequence, AmqpValue, ApplicationProperties, Data, DeliveryAnnotations, Footer,
                           Header, MessageAnnotations, Properties)
 from .encoding import encode, enc_fields
@@ -151,7 +151,8 @@ class MessageSections:
     def header(self) -> Header | None:
         if self._header is KEEP:
             span = self.span(HEADER)
-            self._header = None if span is None else Header.decode_from(self.payload, span.start, span.end)[0]
+            # the value straight to header's decoder: the descriptor was read by split_sections
+            self._header = None if span is None else DESCRIBED[HEADER](self.payload, span.value, span.end, 1)[0]
         return self._header  # type: ignore[no-any-return]
 
     @property
@@ -186,7 +187,7 @@ class MessageSections:
         if self._properties is KEEP:
             span = self.span(PROPERTIES)
             self._properties = None if span is None else \
-                Properties.decode_from(self.payload, span.start, span.end)[0]
+                DESCRIBED[PROPERTIES](self.payload, span.value, span.end, 1)[0]
         return self._properties  # type: ignore[no-any-return]
 
     def _property(self, name: str) -> Any:
