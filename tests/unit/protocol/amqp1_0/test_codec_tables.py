@@ -198,3 +198,13 @@ def test_out_of_range_values_are_refused_on_encode() -> None:
 
 def test_decode_all_reads_a_sequence_of_values() -> None:
     assert decode_all(_hex("41 52 05 a1 01 78")) == [True, 5, "x"]
+
+
+@pytest.mark.parametrize("wrap", [bytes, bytearray, memoryview])
+def test_any_buffer_decodes_to_the_same_immutable_values(wrap: Any) -> None:
+    value = [1, "x", Symbol("s"), b"b", {"k": [UInt(3)]}, Array("symbol", ["a"]),
+             Transfer(handle=1, delivery_tag=b"t"), U]
+    decoded, _ = decode(wrap(encode(value)))
+    assert same(decoded, [1, "x", Symbol("s"), b"b", {"k": [UInt(3)]}, Array("symbol", [Symbol("a")]),
+                          Transfer(handle=1, delivery_tag=b"t"), U])
+    assert type(decoded[3]) is bytes and type(decoded[6].delivery_tag) is bytes
