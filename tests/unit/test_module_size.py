@@ -45,4 +45,4 @@ def test_hand_written_modules_are_under_the_limit() -> None:
 
 def test_the_generated_exemption_is_narrow() -> None:
     exempt = [path.relative_to(ROOT).as_posix() for path in _modules() if _lines(path)[1]]
-    assert exempt == ["broker/protocol/amqp0_9_1/methods.py"]
+    assert sorted(exempt) == ["broker/protocol/amqp0_9_1/methods.py", "broker/protocol/amqp1_0/definitions.py"]
