@@ -17,18 +17,15 @@
 
 import { createInterface } from "node:readline";
 import { chromium } from "playwright-core";
+import { log, progress, step, waiting } from "./steps.mjs";
 
 const config = JSON.parse(process.argv[2] || "{}");
 const TIMEOUT = config.timeoutMs || 15000;
+const { until, textOf, expectText } = waiting(TIMEOUT);
 const problems = [];            // errors the page itself reported (uncaught, console.error)
 const dialogs = [];
-let currentStep = "start";
 
 const stdinLines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
-
-function log(message) {
-  process.stdout.write(`${message}\n`);
-}
 
 async function checkpoint(name, data = {}) {
   log(`@@checkpoint ${JSON.stringify({ name, ...data })}`);
@@ -38,38 +35,6 @@ async function checkpoint(name, data = {}) {
   }
 }
 
-function step(name) {
-  currentStep = name;
-  log(`step: ${name}`);
-}
-
-// Waits until fn() returns a truthy value; fails with `what` and the last value seen.
-async function until(what, fn, timeout = TIMEOUT) {
-  const deadline = Date.now() + timeout;
-  let last;
-  for (;;) {
-    try {
-      last = await fn();
-      if (last) return last;
-    } catch (err) {
-      last = err.message;
-    }
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what} (last seen: ${JSON.stringify(last)})`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
-
-async function textOf(locator) {
-  return ((await locator.textContent({ timeout: 1000 })) || "").trim();
-}
-
-async function expectText(locator, expected, what) {
-  const matches = (text) => (expected instanceof RegExp ? expected.test(text) : text === expected);
-  await until(`${what} to be ${expected}`, async () => {
-    const text = await textOf(locator);
-    return matches(text) ? text : false;
-  });
-}
 
 async function visible(locator, what) {
   await locator.waitFor({ state: "visible", timeout: TIMEOUT }).catch(() => {
@@ -445,7 +410,7 @@ async function main() {
     if (problems.length) throw new Error(`the page reported errors: ${problems.join("; ")}`);
     result.ok = true;
   } catch (err) {
-    result.step = currentStep;
+    result.step = progress.step;
     result.error = err.message;
     if (page) {
       try {

@@ -11,49 +11,15 @@
 // it exits 0 only when every step passed.
 
 import { chromium } from "playwright-core";
+import { log, progress, step, waiting } from "./steps.mjs";
 
 const config = JSON.parse(process.argv[2] || "{}");
 const TIMEOUT = config.timeoutMs || 15000;
+const { until, textOf, expectText } = waiting(TIMEOUT);
 // a query the warm server answers in well under a second; the first one a little longer
 const QUERY_TIMEOUT = 90000;
 const problems = [];
-let currentStep = "start";
 
-function log(message) {
-  process.stdout.write(`${message}\n`);
-}
-
-function step(name) {
-  currentStep = name;
-  log(`step: ${name}`);
-}
-
-async function until(what, fn, timeout = TIMEOUT) {
-  const deadline = Date.now() + timeout;
-  let last;
-  for (;;) {
-    try {
-      last = await fn();
-      if (last) return last;
-    } catch (err) {
-      last = err.message;
-    }
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what} (last seen: ${JSON.stringify(last)})`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
-
-async function textOf(locator) {
-  return ((await locator.textContent({ timeout: 1000 })) || "").trim();
-}
-
-async function expectText(locator, expected, what, timeout = TIMEOUT) {
-  const matches = (text) => (expected instanceof RegExp ? expected.test(text) : text === expected);
-  await until(`${what} to be ${expected}`, async () => {
-    const text = await textOf(locator);
-    return matches(text) ? text : false;
-  }, timeout);
-}
 
 // The result table as text: [[header...], [cell...]...]
 async function table(page) {
@@ -142,7 +108,7 @@ async function main() {
     if (problems.length) throw new Error(`the page reported errors: ${problems.join("; ")}`);
     result.ok = true;
   } catch (err) {
-    result.step = currentStep;
+    result.step = progress.step;
     result.error = err.message;
     if (page) {
       try {
