@@ -220,6 +220,13 @@ class Message:
         """The application headers (an empty dict when there are none)."""
         return self.properties.headers or {}
 
+    def received_native(self) -> bytes | None:
+        """The native bytes as received (annotations aside); None for a message made from a view."""
+        native = self._native
+        if type(native) is _Annotated:
+            native = native.metadata
+        return native if type(native) is bytes else None
+
     def native_for(self, fmt: MessageFormat) -> bytes:
         """The metadata encoded in ``fmt``: the bytes as received when it is the message's own."""
         native = self._native

@@ -216,7 +216,7 @@ def transfer_payload(message: Message, *, delivery_count: int, first_acquirer: b
     """
     annotations = message.annotations
     if message.format is FORMAT:
-        native = message.native_for(FORMAT)
+        native = message.received_native() or FORMAT.encode(message.bare_properties())
         _, sections = _metadata(native)
         header = sections.header
         if header is not None:
