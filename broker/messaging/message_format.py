@@ -60,6 +60,11 @@ class MessageFormat(Protocol):
     / ``x-last-death-*`` values of dead-lettering); each format carries them
     where its clients look for them (0-9-1: application headers, RabbitMQ's
     convention; 1.0: message annotations).
+
+    A format may also offer ``annotate(native, annotations) -> bytes``: its
+    own native bytes with ``annotations`` added, everything else kept as
+    received (AMQP 1.0 has it: properties it cannot express in the common
+    view survive a replay that way); without it the common view is encoded.
     """
 
     @property

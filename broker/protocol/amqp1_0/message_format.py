@@ -108,6 +108,15 @@ class AmqpMessageFormat:
         layout = bytes((_VALUE if sections_body else _VBIN32,))
         return layout + _metadata_sections(view, annotations, sections_body)
 
+    def annotate(self, native: bytes, annotations: Mapping[str, Any]) -> bytes:
+        """``native`` with the broker's ``annotations`` merged into its message annotations;
+        every other section as received."""
+        start = _layout_end(native)
+        _, sections = _metadata(native)
+        return b"".join((native[:start], sections.section_bytes(HEADER), _merged_annotations(sections, annotations),
+                         sections.section_bytes(PROPERTIES), sections.section_bytes(APPLICATION_PROPERTIES),
+                         sections.section_bytes(FOOTER)))
+
     def __repr__(self) -> str:
         return f"<message format {self.tag}>"
 
@@ -127,6 +136,14 @@ def _metadata_sections(view: MessageProperties, annotations: Mapping[str, Any] |
                      encode(MessageAnnotations(message_annotations)) if message_annotations else b"",
                      b"" if properties is None else encode(properties),
                      encode(ApplicationProperties(application)) if application else b""))
+
+
+def _merged_annotations(sections: MessageSections, annotations: Mapping[str, Any] | None) -> bytes:
+    """The message-annotations section with the broker's ``annotations`` merged in."""
+    if not annotations:
+        return sections.section_bytes(MESSAGE_ANNOTATIONS)
+    merged = {**(sections.message_annotations or {}), **maps_from_view(None, annotations)[1]}
+    return encode(MessageAnnotations(merged))
 
 
 def _data_section(content: bytes, constructor: int = _VBIN32) -> bytes:
@@ -223,12 +240,7 @@ def transfer_payload(message: Message, *, delivery_count: int, first_acquirer: b
             header = dataclasses.replace(header, delivery_count=delivery_count, first_acquirer=first_acquirer)
         elif delivery_count or first_acquirer:
             header = Header(delivery_count=delivery_count, first_acquirer=first_acquirer)
-        if annotations:
-            merged = {**(sections.message_annotations or {}), **maps_from_view(None, annotations)[1]}
-            message_annotations = encode(MessageAnnotations(merged))
-        else:
-            message_annotations = sections.section_bytes(MESSAGE_ANNOTATIONS)
-        return b"".join((b"" if header is None else encode(header), message_annotations,
+        return b"".join((b"" if header is None else encode(header), _merged_annotations(sections, annotations),
                          sections.section_bytes(PROPERTIES), sections.section_bytes(APPLICATION_PROPERTIES),
                          _body_sections(native, message.body), sections.section_bytes(FOOTER)))
     view = message.bare_properties()

@@ -276,3 +276,18 @@ def test_received_native_is_the_bytes_as_received_with_or_without_annotations() 
                      arrival=0.0)
     assert plain.received_native() is native and annotated.received_native() is native
     assert viewed.received_native() is None
+
+
+def test_an_annotated_1_0_message_is_journaled_with_every_section_kept_and_its_annotations() -> None:
+    payload = encode_sections([Header(durable=True), Properties(to="addr", message_id=ULong(9), group_sequence=3),
+                               Data(b"a"), Data(b"b"), Footer({"x-sig": b"s"})])
+    native = received(payload).native()[1]
+    replayed = Message.annotated({"x-replay-of": 4}, exchange="", routing_key="q", body=b"ab", native=native,
+                                 format=FORMAT, arrival=0.0)
+    tag, journaled = replayed.native()
+    assert tag == "amqp-1.0" and FORMAT.decode(journaled).headers == {"x-replay-of": 4}
+    recovered = Message(exchange="", routing_key="q", body=b"ab", native=journaled, format=FORMAT, arrival=0.0)
+    sections = MessageSections(again(recovered))
+    assert sections.to == "addr" and sections.message_id == 9 and sections.group_sequence == 3
+    assert sections.footer == {"x-sig": b"s"} and sections.body() == [b"a", b"b"]
+    assert sections.message_annotations == {"x-replay-of": 4}
