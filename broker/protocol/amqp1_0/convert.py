@@ -50,15 +50,24 @@ CC_ANNOTATION: Final = "x-cc"
 _URN: Final = "urn:uuid:"
 _UTC = _dt.timezone.utc
 _LONG_MAX = (1 << 63) - 1
+_UINT_MAX = (1 << 32) - 1
+_LAST_SECOND = 253_402_300_799          # 9999-12-31T23:59:59Z
 #: "no 0-9-1 value for this": dropped by the callers
 _DROP: Final[Any] = object()
 
 
 def _shortstr(value: Any) -> str | None:
-    """``value`` when it fits a 0-9-1 short string (text, at most 255 UTF-8 bytes, no NUL)."""
-    if not isinstance(value, str) or "\x00" in value or len(value.encode("utf-8")) > 255:
+    """``value`` when it fits a 0-9-1 short string (text of at most 255 UTF-8 bytes)."""
+    if not isinstance(value, str) or len(value.encode("utf-8")) > 255:
         return None
     return str(value)
+
+
+def _seconds(milliseconds: int) -> int | None:
+    """A 1.0 timestamp as 0-9-1 seconds: None before the epoch (0-9-1 timestamps are unsigned) or
+    past the year 9999 (Python's datetime, in which 0-9-1 header timestamps are decoded)."""
+    seconds = int(milliseconds) // 1000
+    return seconds if 0 <= seconds <= _LAST_SECOND else None
 
 
 # -- values -------------------------------------------------------------------------------------
@@ -77,7 +86,8 @@ def to_0_9_1_value(value: Any) -> Any:
     if isinstance(value, bytes):
         return _DROP if isinstance(value, _Decimal) else bytes(value)
     if isinstance(value, Timestamp):
-        return _dt.datetime.fromtimestamp(int(value) // 1000, _UTC)
+        seconds = _seconds(value)
+        return _DROP if seconds is None else _dt.datetime.fromtimestamp(seconds, _UTC)
     if isinstance(value, int):
         return int(value) if -_LONG_MAX - 1 <= value <= _LONG_MAX else _DROP
     if isinstance(value, str):
@@ -169,7 +179,7 @@ def annotations_to_headers(annotations: Mapping[Any, Any] | None, headers: dict[
     for key, value in (annotations or {}).items():
         if not isinstance(key, str) or not key.startswith("x-") or _shortstr(key) is None:
             continue
-        if key == DEATHS_ANNOTATION:
+        if key == DEATHS_ANNOTATION and isinstance(value, (list, tuple, Array)):
             converted, key = _deaths_to_0_9_1(value), "x-death"
         else:
             converted = to_0_9_1_value(value)
@@ -216,7 +226,7 @@ def view_from_sections(header: Header | None, properties: Properties | None,
         view.type = _shortstr(p.subject)
         view.app_id = _shortstr(p.group_id)
         if p.creation_time is not None:
-            view.timestamp = int(p.creation_time) // 1000
+            view.timestamp = _seconds(p.creation_time)
     if sections_body:
         view.content_type = AMQP_SECTIONS_TYPE
     view.headers = headers or None
@@ -235,7 +245,7 @@ def header_from_view(view: MessageProperties, *, delivery_count: int = 0,
     if view.priority is not None:
         fields["priority"] = view.priority
     if ttl is not None and ttl.isascii() and ttl.isdigit():
-        fields["ttl"] = int(ttl)
+        fields["ttl"] = min(int(ttl), _UINT_MAX)     # a 1.0 ttl is a uint: about 49 days at most
     if delivery_count:
         fields["delivery_count"] = delivery_count
     if first_acquirer:
@@ -309,7 +319,7 @@ def maps_from_view(headers: Mapping[str, Any] | None,
     message_annotations: dict[str, Any] = {}
     for source in (headers or {}, annotations or {}):
         for key, value in source.items():
-            if key == "x-death":
+            if key == "x-death" and isinstance(value, (list, tuple)):
                 key, converted = DEATHS_ANNOTATION, _deaths_to_1_0(value)
             elif key == "CC" and isinstance(value, (list, tuple)):
                 key, converted = CC_ANNOTATION, to_1_0_value(value)

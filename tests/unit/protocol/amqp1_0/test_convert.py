@@ -186,6 +186,7 @@ PROPERTIES_TO_PROTON = [
     ({"delivery_mode": 2}, {"durable": True, "priority": 4}),
     ({"delivery_mode": 1, "priority": 0}, {"durable": False, "priority": 0}),
     ({"expiration": "2500"}, {"ttl": 2.5}),
+    ({"expiration": "9999999999999"}, {"ttl": 4294967.295}),
     ({"message_id": "m-1"}, {"id": "m-1"}),
     ({"message_id": "urn:uuid:00000000-0000-0000-0000-000000000009"}, {"id": uuid.UUID(int=9)}),
     ({"message_id": "urn:uuid:not-a-uuid"}, {"id": "urn:uuid:not-a-uuid"}),
