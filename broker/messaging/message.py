@@ -220,11 +220,24 @@ class Message:
         """The application headers (an empty dict when there are none)."""
         return self.properties.headers or {}
 
+    def received_native(self) -> bytes | None:
+        """The native bytes as received (annotations aside); None for a message made from a view."""
+        native = self._native
+        if type(native) is _Annotated:
+            native = native.metadata
+        return native if type(native) is bytes else None
+
     def native_for(self, fmt: MessageFormat) -> bytes:
         """The metadata encoded in ``fmt``: the bytes as received when it is the message's own."""
         native = self._native
-        if type(native) is bytes and fmt is self.format:
-            return native
+        if fmt is self.format:
+            if type(native) is bytes:
+                return native
+            # annotations on bytes as received: a format that can add them to its bytes keeps the rest
+            if type(native) is _Annotated and type(native.metadata) is bytes:
+                annotate = getattr(fmt, "annotate", None)
+                if annotate is not None:
+                    return annotate(native.metadata, native.annotations)  # type: ignore[no-any-return]
         return fmt.encode(self.bare_properties(), self.annotations)
 
     def native(self) -> tuple[str, bytes]:

@@ -18,7 +18,8 @@ a source checkout.  This module names formats only as text: nothing in
 ``broker.messaging`` imports a protocol package.
 
 Tags: ``amqp-0-9-1`` (also carries 0-8 and 0-9: the basic properties did not
-change); ``amqp-1.0`` and ``amqp-0-10`` are reserved for those engines.
+change); ``amqp-1.0`` (sections as received, see
+``broker/protocol/amqp1_0/message_format.py``); ``amqp-0-10`` is reserved.
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ if TYPE_CHECKING:
     from broker.messaging.message import MessageProperties
 
 __all__ = ["MessageFormat", "UnknownMessageFormat", "FORMAT_GROUP", "DEFAULT_FORMAT",
-           "AMQP_0_9_1", "BUILTIN_FORMATS", "register", "format_for", "known_formats"]
+           "AMQP_0_9_1", "AMQP_1_0", "BUILTIN_FORMATS", "register", "format_for", "known_formats"]
 
 AMQP_0_9_1: Final = "amqp-0-9-1"
+AMQP_1_0: Final = "amqp-1.0"
 #: the format of messages made from a common view alone (management's publishMessage)
 #: and of journal rows written before formats had a column (journal schema 1)
 DEFAULT_FORMAT: Final = AMQP_0_9_1
@@ -44,6 +46,7 @@ FORMAT_GROUP: Final = "deltamq.message_formats"
 #: tag -> "module:attribute", consulted when no installed distribution declares the tag
 BUILTIN_FORMATS: dict[str, str] = {
     AMQP_0_9_1: "broker.protocol.amqp0_9_1.properties:FORMAT",
+    AMQP_1_0: "broker.protocol.amqp1_0.message_format:FORMAT",
 }
 
 
@@ -57,6 +60,11 @@ class MessageFormat(Protocol):
     / ``x-last-death-*`` values of dead-lettering); each format carries them
     where its clients look for them (0-9-1: application headers, RabbitMQ's
     convention; 1.0: message annotations).
+
+    A format may also offer ``annotate(native, annotations) -> bytes``: its
+    own native bytes with ``annotations`` added, everything else kept as
+    received (AMQP 1.0 has it: properties it cannot express in the common
+    view survive a replay that way); without it the common view is encoded.
     """
 
     @property
