@@ -369,7 +369,8 @@ def dlq_lag(broker: Any, opt: Options) -> dict[str, Any]:
     table = work / "curated"
     command = [sys.executable, "-m", "broker.cli", "spark", "dlq", "--policy", str(work / "policy.toml"),
                "--data-dir", str(data_dir(broker)), "--node", default_node(),
-               "--interval", f"{opt.dlq_interval:g}", "--amqp-url", f"amqp://guest:guest@127.0.0.1:{broker.port}/"]
+               "--interval", f"{opt.dlq_interval:g}", "--amqp-url", f"amqp://guest:guest@127.0.0.1:{broker.port}/",
+               "--url", f"http://127.0.0.1:{broker.http_port}"]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH")) if p))
     with open(work / "dlq.log", "wb") as out:
