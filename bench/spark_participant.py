@@ -102,6 +102,20 @@ def queue_statistics(broker: Any, queue: str) -> dict[str, Any]:
     return statistics_
 
 
+def python_cause(broker: Any) -> str:
+    """The last Python traceback in the Spark JVM's log (what failed in an executor), or ""."""
+    try:
+        text = (Path(broker.dir or ".") / "spark-jvm.log").read_text(errors="replace")
+    except OSError:
+        return ""
+    start = text.rfind("Traceback (most recent call last):")
+    if start < 0:
+        return ""
+    lines = text[start:].splitlines()
+    end = next((i for i, line in enumerate(lines) if line.startswith("\tat ")), min(len(lines), 40))
+    return "\n".join(lines[:end])
+
+
 def wait_until(condition: Callable[[], bool], timeout: float, what: str, every: float = 0.05) -> float:
     """Poll ``condition`` until it holds; the time it first held (perf_counter)."""
     deadline = time.perf_counter() + timeout
@@ -169,7 +183,7 @@ def drain_spark(broker: Any, spark: Any, opt: Options) -> dict[str, Any]:
     try:
         def drained() -> bool:
             if query.exception() is not None:
-                raise RuntimeError(f"the Spark query failed: {query.exception()}")
+                raise RuntimeError(f"the Spark query failed: {python_cause(broker)}\n{query.exception()}")
             s = queue_statistics(broker, DRAIN_QUEUE)
             return (s["queueDepthMessages"], s["unacknowledgedMessages"]) == (0, 0)
         ended = wait_until(drained, 3600, "the Spark consumer's drain", every=0.1)
@@ -274,7 +288,7 @@ def sink_latency(broker: Any, spark: Any, opt: Options) -> dict[str, Any]:
              .option("checkpointLocation", str(work / "checkpoint")).start(str(table)))
     def visible() -> list[tuple[float, dict[str, Any]]]:
         if query.exception() is not None:
-            raise RuntimeError(f"the Spark query failed: {query.exception()}")
+            raise RuntimeError(f"the Spark query failed: {python_cause(broker)}\n{query.exception()}")
         return first_visible(table, ["message_id", "body"]) if (table / "_delta_log").is_dir() else []
     try:
         # the first batches pay for the query's start, the JIT and the Python workers' start:
@@ -369,7 +383,8 @@ def dlq_lag(broker: Any, opt: Options) -> dict[str, Any]:
     table = work / "curated"
     command = [sys.executable, "-m", "broker.cli", "spark", "dlq", "--policy", str(work / "policy.toml"),
                "--data-dir", str(data_dir(broker)), "--node", default_node(),
-               "--interval", f"{opt.dlq_interval:g}", "--amqp-url", f"amqp://guest:guest@127.0.0.1:{broker.port}/"]
+               "--interval", f"{opt.dlq_interval:g}", "--amqp-url", f"amqp://guest:guest@127.0.0.1:{broker.port}/",
+               "--url", f"http://127.0.0.1:{broker.http_port}"]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH")) if p))
     with open(work / "dlq.log", "wb") as out:

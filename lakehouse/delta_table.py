@@ -85,7 +85,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.schema import Field as DeltaField
 from deltalake.transaction import PostCommitHookProperties
 
@@ -135,6 +135,31 @@ def child_location(location: Location, *names: str) -> Location:
         return "/".join([str(location).rstrip("/"), *names])
     return local_path(location).joinpath(*names)
 
+
+
+#: how often :func:`open_delta` tries again when it listed the log while a commit was being written
+LISTING_RACE_RETRIES = 50
+
+
+def open_delta(uri: str, *, version: int | None = None,
+               storage_options: dict[str, str] | None = None) -> DeltaTable:
+    """``DeltaTable(uri, version, storage_options)``, tolerating a log listed mid-commit.
+
+    A reader that lists ``_delta_log`` while a writer adds a commit and its
+    version checksum (``N.json``, then ``N.crc``; the journal commits every
+    few milliseconds) may see the newest ``.crc`` but not yet its ``.json``.
+    delta-rs (its kernel) then refuses the listing ("CRC file version N is
+    newer than log segment version M"); listing again a moment later sees
+    both.  Any other error is raised at once.
+    """
+    for attempt in range(LISTING_RACE_RETRIES + 1):
+        try:
+            return DeltaTable(uri, version=version, storage_options=storage_options)
+        except DeltaError as exc:
+            if "is newer than log segment version" not in str(exc) or attempt == LISTING_RACE_RETRIES:
+                raise
+            time.sleep(0.002 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 class CommittedUnsynced(OSError):
     """The commit file is in the log (readers see it) but fsyncing its directory failed."""
@@ -199,7 +224,7 @@ class AppendOnlyTable:
 
     def delta_table(self) -> DeltaTable:
         """A fresh delta-rs handle on the table's latest version."""
-        return DeltaTable(self.uri, storage_options=self.storage_options)
+        return open_delta(self.uri, storage_options=self.storage_options)
 
     def open(self) -> None:
         """Open the table (creating it if there is none), after checking DeltaMQ may write it.
@@ -564,7 +589,7 @@ class AppendOnlyTable:
 
 def table_files(location: Location, storage_options: dict[str, str] | None = None) -> int:
     """How many data files the current snapshot of the table at ``location`` references."""
-    return len(DeltaTable(str(location), storage_options=storage_options).file_uris())
+    return len(open_delta(str(location), storage_options=storage_options).file_uris())
 
 
 def _millisecond_bounds(column: pa.ChunkedArray) -> tuple[str, str]:

@@ -16,7 +16,7 @@ import pyarrow.fs as pafs
 from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from .delta_table import Location, is_uri, local_path
+from .delta_table import Location, is_uri, local_path, open_delta
 
 __all__ = ["TableReadFailed", "TableVersions", "VersionUnavailable", "query_table", "table_filesystem",
            "table_identity"]
@@ -47,7 +47,7 @@ class TableVersions:
         self._pinned: dict[str, DeltaTable] = {}
 
     def _load(self, version: int | None) -> DeltaTable:
-        return DeltaTable(self.uri, version=version, storage_options=self.storage_options)
+        return open_delta(self.uri, version=version, storage_options=self.storage_options)
 
     def latest_version(self) -> int:
         try:
@@ -93,7 +93,7 @@ def query_table(location: Location, sql: str, *, version: int | None = None,
     A table that does not exist raises FileNotFoundError.
     """
     try:
-        handle = DeltaTable(str(location), version=version, storage_options=storage_options)
+        handle = open_delta(str(location), version=version, storage_options=storage_options)
     except TableNotFoundError as exc:
         raise FileNotFoundError(f"no Delta table at {location}") from exc
     return pa.table(QueryBuilder().register("t", handle).execute(sql).read_all())
@@ -102,7 +102,7 @@ def query_table(location: Location, sql: str, *, version: int | None = None,
 def table_identity(location: Location, storage_options: dict[str, str] | None = None) -> tuple[int, str]:
     """The latest version of the Delta table at ``location`` and its id (``metaData.id``, set at creation)."""
     try:
-        handle = DeltaTable(str(location), storage_options=storage_options)
+        handle = open_delta(str(location), storage_options=storage_options)
     except TableNotFoundError as exc:
         raise FileNotFoundError(f"no Delta table at {location}") from exc
     return int(handle.version()), str(handle.metadata().id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -147,3 +148,34 @@ def test_the_journal_writer_writes_a_commits_checksum_after_answering(tmp_path: 
     table.write_deferred_checksum()
     assert crc(table, version)["numFiles"] == 1
     table.write_deferred_checksum()                  # nothing left to write: no-op
+
+
+def test_a_reader_that_lists_the_log_mid_commit_opens_the_table_once_the_commit_is_whole(tmp_path: Path) -> None:
+    """The journal writes ``N.json`` then ``N.crc`` every few milliseconds: a reader listing the log in
+    between may see a ``.crc`` newer than every ``.json``, which delta-rs refuses; open_delta lists again."""
+    import threading
+
+    from deltalake.exceptions import DeltaError
+
+    from lakehouse.delta_table import open_delta
+
+    table = AppendOnlyTable(tmp_path / "t", SCHEMA, name="t")
+    table.open()
+    table.append(pa.table({"message_id": [1], "body": [b"a"]}, schema=SCHEMA))
+    log = tmp_path / "t" / "_delta_log"
+    newest = max(int(f.stem) for f in log.glob("*.json"))
+    ahead = log / f"{newest + 1:020d}.crc"             # what a listing mid-commit shows
+    ahead.write_text((log / f"{newest:020d}.crc").read_text())
+    with pytest.raises(DeltaError, match="is newer than log segment version"):
+        DeltaTable(str(tmp_path / "t"))
+
+    def complete_the_commit() -> None:
+        time.sleep(0.05)
+        table.append(pa.table({"message_id": [2], "body": [b"b"]}, schema=SCHEMA))   # the .json, then the .crc
+    writer = threading.Thread(target=complete_the_commit)
+    writer.start()
+    opened = open_delta(str(tmp_path / "t"))
+    writer.join()
+    assert opened.version() == newest + 1
+    assert sorted(opened.to_pyarrow_table().column("message_id").to_pylist()) == [1, 2]
+    table.close()
