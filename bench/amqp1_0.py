@@ -30,6 +30,7 @@ from pathlib import Path
 
 from .amqp1_0_load import GENERATORS, VARIANTS, LoadOptions, ensure_clients, run_variant
 from .broker_j import BrokerJ, answers_amqp1_0
+from .compare import _get
 from .rabbitmq_amqp1_0 import RabbitMQAmqp10
 from .suite import (add_broker_arguments, attempt, broker_failed, broker_line, cell, failures,
                     interrupt_on_sigterm, log, machine_line, meta, new_deltamq, run_suite,
@@ -143,15 +144,6 @@ def run_broker(name: str, a: argparse.Namespace, generator: str, out: dict) -> N
 
 # --------------------------------------------------------------------------
 # reporting
-
-
-def _get(res, *path):
-    cur = res
-    for p in path:
-        if not isinstance(cur, dict) or p not in cur:
-            return None
-        cur = cur[p]
-    return cur
 
 
 METRICS = (("throughput", "delivered_per_s", "delivered msg/s", ",.0f", max),

@@ -24,7 +24,8 @@ initial configuration written here, removed again at stop.  That configuration:
   figures compare like with like.  A Memory store would not hold durable
   messages at all;  Derby would sync each commit on its own.
 * node auto-creation: attaching to (or sending to) an unknown address creates a
-  durable queue of that name, as the 1.0 clients' integration tests expect;
+  durable queue of that name, as the 1.0 clients' integration tests expect -- except
+  for ``amq.*`` names: those are the standard exchanges (topics and subscriptions);
 * no HTTP port, no management plugin, loggers at WARN (Broker-J's operational
   log lines at INFO, so the start-up is visible in ``qpid.log``).
 
@@ -130,7 +131,9 @@ def initial_config(port: int, host: str, store: str = "BDB") -> dict:
     virtualhost = {
         "type": store,
         "nodeAutoCreationPolicies": [{
-            "pattern": ".*", "nodeType": "Queue", "createdOnPublish": True,
+            # not amq.*: those name the standard exchanges, and a receiver attaching to
+            # one would otherwise get a new queue of that name instead of a subscription
+            "pattern": r"(?!amq\.).*", "nodeType": "Queue", "createdOnPublish": True,
             "createdOnConsume": True, "attributes": {"durable": True},
         }],
     }
@@ -157,6 +160,7 @@ def initial_config(port: int, host: str, store: str = "BDB") -> dict:
             "virtualhostaliases": [
                 {"name": "nameAlias", "type": "nameAlias"},
                 {"name": "defaultAlias", "type": "defaultAlias"},
+                {"name": "hostnameAlias", "type": "hostnameAlias"},
             ],
         }],
         "virtualhostnodes": [{

@@ -4,7 +4,7 @@
 //
 //   node rhea_driver.js --port P --scenario NAME --address A [--count N] [--durable]
 //                       [--host 127.0.0.1] [--user guest --password guest] [--hostname H]
-//                       [--container-id ID] [--subscription NAME] [--timeout SECONDS]
+//                       [--container-id ID] [--subscription NAME] [--subject S] [--timeout SECONDS]
 //
 // Scenarios:
 //   send-receive          send N (durable=true with --durable), wait for N accepted
@@ -19,14 +19,16 @@
 //   durable-subscription  a durable receiver (terminus durable, expiry never) named
 //                         --subscription on the address (a topic/exchange), detached
 //                         without closing; N sent meanwhile; a new connection with the same
-//                         container id re-attaches the link and gets the N; then closes it
+//                         container id re-attaches the link and gets the N; then closes it.
+//                         The N carry the subject --subject (default "drivers"): an
+//                         exchange routes by it
 'use strict';
 
 const rhea = require('rhea');
 
 function parseArgs(argv) {
   const a = { host: '127.0.0.1', user: 'guest', password: 'guest', count: 10, durable: false,
-    timeout: 60, 'container-id': `rhea-driver-${process.pid}`, subscription: 'rhea-driver-sub' };
+    timeout: 60, subject: 'drivers', 'container-id': `rhea-driver-${process.pid}`, subscription: 'rhea-driver-sub' };
   for (let i = 0; i < argv.length; i++) {
     const k = argv[i].replace(/^--/, '');
     if (k === 'durable') a.durable = true;
@@ -39,17 +41,20 @@ function parseArgs(argv) {
 
 const a = parseArgs(process.argv.slice(2));
 const emit = (o) => process.stdout.write(JSON.stringify(o) + '\n');
+const fatal = (message) => { emit({ scenario: a.scenario, error: message }); process.exit(1); };
 
 function connect(containerId) {
   const container = rhea.create_container({ id: containerId || a['container-id'] });
   const options = { host: a.host, port: a.port, username: a.user, password: a.password, reconnect: false };
   if (a.hostname) options.hostname = a.hostname;
   const conn = container.connect(options);
-  return new Promise((resolve, reject) => {
-    conn.once('connection_open', () => resolve(conn));
-    conn.once('connection_error', (ctx) => reject(new Error(`connection error ${JSON.stringify(ctx.connection.error)}`)));
-    conn.once('disconnected', (ctx) => reject(new Error(`disconnected: ${ctx.error || 'no reason'}`)));
-  });
+  // the broker may accept the open and close the connection right after (an unknown
+  // hostname, say): that ends the scenario whenever it happens
+  conn.on('connection_error', (ctx) => fatal(`connection error ${JSON.stringify(ctx.connection.error)}`));
+  const close = conn.close.bind(conn);
+  conn.close = (...args) => { conn.closing = true; return close(...args); };
+  conn.on('disconnected', (ctx) => { if (!conn.closing) fatal(`disconnected: ${ctx.error || 'no reason'}`); });
+  return new Promise((resolve) => conn.once('connection_open', () => resolve(conn)));
 }
 
 function opened(link, kind) {
@@ -160,7 +165,8 @@ const scenarios = {
     await new Promise((resolve) => { sub.once('receiver_close', resolve); sub.detach(); });
     first.close();
     const publisher = await connect(`${a['container-id']}-publisher`);
-    const sent = await sendAll(publisher, a.address, numbered(a.count));
+    const published = numbered(a.count).map((m) => ({ ...m, subject: a.subject }));
+    const sent = await sendAll(publisher, a.address, published);
     publisher.close();
     emit({ event: 'published while detached', ...sent });
     const second = await connect();
