@@ -15,8 +15,8 @@ initial configuration written here, removed again at stop.  That configuration:
 * the ``Plain`` authentication provider with guest/guest, PLAIN allowed without
   TLS (the connection never leaves loopback);
 * one virtual host node ``default`` (JSON) whose virtual host is **BDB**
-  (Berkeley DB JE, shipped in the distribution).  BDB is Broker-J's default and
-  recommended store, and it syncs: a transaction holding persistent messages is
+  (Berkeley DB JE, shipped in the distribution).  BDB is the virtual host type
+  Broker-J creates by default, and it syncs: a transaction holding persistent messages is
   committed and the log ``fsync``-ed (grouped: one sync for the commits that
   queued up meanwhile) before the broker sends the ``accepted`` outcome.  That is
   the same promise RabbitMQ's classic queue (fsync before the confirm) and
