@@ -64,6 +64,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="run each variant N times; keep the best throughput and the best latency "
                          "window (for a shared, noisy machine; default 1)")
     ap.add_argument("--nice", type=int, default=0)
+    ap.add_argument("--hostname", default="",
+                    help="hostname in the clients' open frame (default: the host they connect to)")
     ap.add_argument("--broker-j-port", type=int, default=5690)
     add_broker_arguments(ap)
     a = ap.parse_args(argv)
@@ -80,7 +82,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def options(a: argparse.Namespace, generator: str) -> LoadOptions:
     o = LoadOptions(generator=generator, log=log, latency_fraction=a.latency_fraction,
-                    window=a.window, credit=a.credit, nice=a.nice)
+                    window=a.window, credit=a.credit, nice=a.nice, hostname=a.hostname)
     if a.quick:
         o.duration, o.warmup, o.lat_duration, o.lat_warmup, o.drain_timeout = 3.0, 2.0, 3.0, 0.5, 30.0
     if a.duration is not None:

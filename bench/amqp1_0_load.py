@@ -102,6 +102,7 @@ class LoadOptions:
     backlog: int = 10_000
     drain_timeout: float = 60.0
     nice: int = 0
+    hostname: str = ""          # the open frame's hostname; "" = the client's default (the host)
     log: Callable[[str], None] = field(default=print, repr=False)
 
 
@@ -208,6 +209,8 @@ class LoadProcesses(Pool):
               "address": address_of(self.broker, self.variant.queue), "size": o.size,
               "window": o.window, "credit": o.credit, "durable": int(self.variant.durable),
               "samples": self.samples_path}
+        if o.hostname:
+            kv["hostname"] = o.hostname
         return [f"{k}={v}" for k, v in kv.items()]
 
     def spawn_roles(self) -> None:
