@@ -4,11 +4,13 @@
                             [--duration 10] [--quick] [--client-procs 2]
     python -m bench.compare --suite durable [options of python -m bench.durable]
     python -m bench.compare --suite all     [--quick] [--only ...]
+    python -m bench.compare --suite amqp1   [options of python -m bench.amqp1_0]
 
 --suite throughput (the default) runs the workloads below; --suite durable runs
 the persistent-message suite of bench/durable.py (D1-D4: durable queues,
 publisher confirms, Spark visibility, recovery) instead; --suite all runs both,
-one after the other (options common to both apply to both).
+one after the other (options common to both apply to both); --suite amqp1 runs the
+AMQP 1.0 suite of bench/amqp1_0.py (DeltaMQ vs Broker-J vs RabbitMQ's 1.0 plugin).
 
 Starts each broker in turn (a private RabbitMQ node from Debian's
 rabbitmq-server, installed on demand; DeltaMQ via `.venv/bin/deltamq serve`),
@@ -30,7 +32,7 @@ from .suite import (add_broker_arguments, attempt, run_each_broker, broker_line,
 from .workloads import TITLES, Options, build, client_uses_uvloop, run, run_memory
 
 BROKERS = ("deltamq", "rabbitmq")
-SUITES = ("throughput", "durable", "all")
+SUITES = ("throughput", "durable", "all", "amqp1")
 TARGET_RATIO = 0.5
 TARGET_P99_MS = 10.0
 TARGET_OVERHEAD_B = 300
@@ -341,6 +343,9 @@ def main(argv=None) -> int:
     if suite == "durable":
         from . import durable
         return durable.main(rest)
+    if suite == "amqp1":
+        from . import amqp1_0
+        return amqp1_0.main(rest)
     if suite == "all" and "-h" not in rest and "--help" not in rest:
         from . import durable
         rc = main_throughput(rest)
