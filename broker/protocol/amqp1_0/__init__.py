@@ -3,7 +3,7 @@
 :mod:`.types` is the public face of the codec; :mod:`.framing` reads and
 writes frames; :mod:`.sections` splits a message into its sections;
 :mod:`.connection`, :mod:`.session` and :mod:`.links` are the engine, which
-:data:`ENGINE_SPECS` registers for both 1.0 headers (SASL first).
+:data:`ENGINE_SPECS` registers for both 1.0 headers (plain and SASL).
 """
 
 from __future__ import annotations
@@ -25,5 +25,5 @@ def _connection(host: ProtocolHost, version: AmqpVersion, remote_host: str, remo
 
 
 ENGINE_SPECS = (
-    EngineSpec("AMQP_1_0", (AmqpVersion.V1_0_SASL, AmqpVersion.V1_0), _connection),
+    EngineSpec("AMQP_1_0", (AmqpVersion.V1_0, AmqpVersion.V1_0_SASL), _connection),
 )
