@@ -103,6 +103,14 @@ def test_exchange_and_routing_key_addresses(amqp10: Any, queue: str, ch: Any) ->
     receiver.accept()
 
 
+def test_receiving_from_an_exchange_subscribes(amqp10: Any) -> None:
+    receiver = amqp10.create_receiver("amq.topic/news.#", credit=5)
+    sender = amqp10.create_sender("/exchanges/amq.topic/news.today")
+    assert sender.send(Message(body="headline")).remote_state == Delivery.ACCEPTED
+    assert receiver.receive(timeout=10).body == "headline"
+    receiver.accept()
+
+
 def test_unroutable_message_is_rejected(amqp10: Any, ch: Any) -> None:
     sender = amqp10.create_sender("/exchanges/amq.direct/nobody-binds-this")
     delivery = sender.send(Message(body="lost"), timeout=10, error_states=[])

@@ -10,6 +10,11 @@ they are tried (see ``docs/amqp-1-0.md``):
 - Broker-J's: a queue's name; an exchange's name (the routing key is then
   the message's ``subject``); ``<exchange>/<routing key>``.
 
+A source naming an exchange (``/exchanges/<exchange>[/<binding key>]``, an
+exchange's name, ``<exchange>/<binding key>``) subscribes: the link reads a
+queue of its own bound to the exchange (the link registry's subscriptions);
+without a key it binds ``#`` to a topic exchange and the empty key elsewhere.
+
 The names are looked up in the virtual host's namespace when the link
 attaches: an address naming nothing is refused with ``amqp:not-found``.
 """
@@ -25,7 +30,7 @@ from broker.errors import NotFound
 if TYPE_CHECKING:
     from broker.messaging.namespace import Namespace
 
-__all__ = ["Destination", "resolve_target", "resolve_source"]
+__all__ = ["Destination", "SourceNode", "resolve_target", "resolve_source"]
 
 _QUEUES = "/queues/"
 _EXCHANGES = "/exchanges/"
@@ -75,9 +80,37 @@ def resolve_target(namespace: Namespace, address: str) -> Destination:
     raise NotFound(f"no exchange or queue '{address}' in vhost '{vhost}'")
 
 
-def resolve_source(namespace: Namespace, address: str) -> str:
-    """The queue a source ``address`` names; NotFound when there is none."""
-    name = _segment(address[len(_QUEUES):], address) if address.startswith(_QUEUES) else address
-    if name not in namespace.queues:
-        raise NotFound(f"no queue '{name}' in vhost '{namespace.vhost_name}'")
-    return name
+@dataclass(frozen=True, slots=True)
+class SourceNode:
+    """What a sending link reads: ``queue``, or a subscription to ``exchange`` with ``binding_key``."""
+
+    queue: str | None = None
+    exchange: str = ""
+    binding_key: str = ""
+
+
+def _subscription(namespace: Namespace, exchange: str, key: str | None) -> SourceNode:
+    if key is None:        # the whole exchange: every key of a topic exchange, the empty key elsewhere
+        key = "#" if namespace.exchange(exchange).type == "topic" else ""
+    return SourceNode(exchange=exchange, binding_key=key)
+
+
+def resolve_source(namespace: Namespace, address: str) -> SourceNode:
+    """The queue, or exchange to subscribe to, that a source ``address`` names; NotFound when none."""
+    if address.startswith(_QUEUES):
+        name = _segment(address[len(_QUEUES):], address)
+        namespace.queue(name)
+        return SourceNode(queue=name)
+    if address.startswith(_EXCHANGES):
+        exchange, slash, key = address[len(_EXCHANGES):].partition("/")
+        name = _segment(exchange, address)
+        namespace.exchange(name)
+        return _subscription(namespace, name, _segment(key, address) if slash else None)
+    if address in namespace.queues:
+        return SourceNode(queue=address)
+    if address in namespace.exchanges and address:
+        return _subscription(namespace, address, None)
+    exchange, slash, key = address.partition("/")
+    if slash and exchange and exchange in namespace.exchanges:
+        return _subscription(namespace, exchange, key)
+    raise NotFound(f"no queue or exchange '{address}' in vhost '{namespace.vhost_name}'")

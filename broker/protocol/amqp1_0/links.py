@@ -419,9 +419,27 @@ class SendingLink(LinkEndpoint10):
         terminus = attachment.link.terminus
         if terminus.address is None:
             raise errors.NotFound("a source without an address")
-        queue = self.namespace.queue(resolve_source(self.namespace, terminus.address), owner=self.connection)
-        if terminus.selector is not None:
-            self.selector = compile_selector(terminus.selector)
+        node = resolve_source(self.namespace, terminus.address)
+        if node.queue is not None:
+            if terminus.selector is not None:
+                self.selector = compile_selector(terminus.selector)
+            self._consume(self.namespace.queue(node.queue, owner=self.connection), terminus)
+            return
+        link = attachment.link
+
+        def subscribed(name: str | None, error: errors.BrokerError | None) -> None:
+            if self.link is not link or self.detached:
+                return                                  # detached while the queue was made
+            if error is not None or name is None:
+                self.refuse(error_of(error or errors.NotFound("no subscription queue")))
+                return
+            self._consume(self.namespace.queue(name), terminus)
+            self.connection.run_dispatch()
+
+        # the binding carries the selector (x-filter-jms-selector): no consumer selector
+        self.namespace.links.subscribe(link, node.exchange, node.binding_key, subscribed)
+
+    def _consume(self, queue: Queue, terminus: Terminus) -> None:
         self.queue = queue
         self.answer_attach(self.peer_attach.source or source_of(terminus), initial_delivery_count=0)
         queue.add_consumer(self)

@@ -247,3 +247,27 @@ def test_a_second_attach_of_the_link_steals_it() -> None:
     attaches = [c for c, v, _p in taken if isinstance(v, Attach)]
     assert attaches == [0, 1]
     assert client.host.namespace.queue("q").consumer_count == 1
+
+
+def test_a_source_naming_an_exchange_subscribes_with_a_queue_of_its_own() -> None:
+    client = _open()
+    client.attach_receiver("amq.topic/colour.*", handle=1, name="topic-sub")
+    attach = client.expect(Attach)
+    assert attach.source.address == "amq.topic/colour.*"
+    client.credit(1, 10)
+    _sender(client, "amq.topic/colour.red", handle=0)
+    client.transfer(0, 0, message_payload(b"red"))
+    client.transfer(0, 1, message_payload(b"shape"), settled=True)     # same key: both arrive
+    got = _transfers(client)
+    assert [MessageSections(p).body() for _t, p in got] == [[b"red"], [b"shape"]]
+    queues = [name for name in client.host.namespace.queues if name.startswith("qpidsub_/test-client_/")]
+    assert len(queues) == 1 and queues[0].endswith("_/nondurable")
+    client.send(Detach(handle=1, closed=True))
+    assert not [n for n in client.host.namespace.queues if n.startswith("qpidsub_/")]   # closed: gone
+
+
+def test_a_source_naming_nothing_is_refused() -> None:
+    client = _open()
+    client.attach_receiver("/exchanges/no-such-exchange")
+    assert client.expect(Attach).source is None
+    assert client.expect(Detach).error.condition == "amqp:not-found"
