@@ -150,3 +150,18 @@ def test_channel_beyond_channel_max_is_refused() -> None:
     client.handshake(channel_max=1)
     client.send(Begin(next_outgoing_id=0, incoming_window=1, outgoing_window=1), channel=5)
     assert client.expect(Close).error.condition == "amqp:connection:framing-error"
+
+
+def test_the_broker_closing_the_connection_sends_connection_forced() -> None:
+    from broker.errors import ConnectionForced
+
+    client = Client10()
+    client.handshake()
+    client.server.close(ConnectionForced("Closed via management"))
+    client._read()
+    close = client.expect(Close)
+    assert close.error.condition == "amqp:connection:forced"
+    assert "Closed via management" in close.error.description
+    assert Closing() in client.events and client.host.opened == []
+    client.send(Close())
+    assert client.server.closed
