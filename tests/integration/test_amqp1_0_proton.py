@@ -81,6 +81,31 @@ def test_released_delivery_comes_back(amqp10: Any, queue: str) -> None:
     receiver.accept()
 
 
+def test_a_message_larger_than_a_frame_goes_both_ways(amqp10: Any, queue: str) -> None:
+    body = bytes(range(256)) * 2000                          # 512000 bytes: many frames each way
+    assert amqp10.create_sender(queue).send(Message(body=body)).remote_state == Delivery.ACCEPTED
+    receiver = amqp10.create_receiver(queue, credit=1)
+    assert bytes(receiver.receive(timeout=10).body) == body
+    receiver.accept()
+
+
+def test_a_suspended_link_attaches_again_without_a_steal(broker: Any, queue: str) -> None:
+    container_id = f"resumer-{uuid.uuid4().hex[:8]}"
+    connection = _connect(broker.port, container_id)
+    try:
+        sender = connection.create_sender(queue)
+        receiver = connection.create_receiver(queue, name="kept", credit=0)
+        receiver.link.detach()                                  # suspend, not close
+        # proton writes a new link's attach before an old one's detach: a settled transfer
+        # later, the broker has seen the detach (else the next attach would steal the link)
+        sender.send(Message(body="waiting"))
+        again = connection.create_receiver(queue, name="kept", credit=1)
+        assert again.receive(timeout=10).body == "waiting"
+        again.accept()
+    finally:
+        connection.close()
+
+
 def test_pre_settled_both_ways(amqp10: Any, queue: str, ch: Any) -> None:
     sender = amqp10.create_sender(queue, options=AtMostOnce())
     for i in range(5):
