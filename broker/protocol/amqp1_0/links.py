@@ -428,8 +428,10 @@ class SendingLink(LinkEndpoint10):
         link = attachment.link
 
         def subscribed(name: str | None, error: errors.BrokerError | None) -> None:
-            if self.link is not link or self.detached:
-                return                                  # detached while the queue was made
+            session = self.session
+            if self.link is not link or self.detached or session.ended or session.ending \
+                    or not self.connection.is_open:
+                return                                  # gone while the queue was made
             if error is not None or name is None:
                 self.refuse(error_of(error or errors.NotFound("no subscription queue")))
                 return
