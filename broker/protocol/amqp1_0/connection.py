@@ -102,6 +102,8 @@ class AmqpConnection10:
         self.sessions: dict[int, Session] = {}        # by the peer's channel
         self._our_channels: set[int] = set()
         self._dispatch_pending: set[Any] = set()
+        #: sessions with incoming deliveries to accept once the input is processed
+        self.dispositions_due: set[Session] = set()
         self.blocked = False
         self.bytes_received = 0
         self.bytes_sent = 0
@@ -410,6 +412,10 @@ class AmqpConnection10:
                 queue.dispatch()
 
     def _after_input(self) -> None:
+        if self.dispositions_due:
+            due, self.dispositions_due = self.dispositions_due, set()
+            for session in due:
+                session.flush_dispositions()
         if self._dispatch_pending and self.state is State.OPEN:
             self.run_dispatch()
 

@@ -362,11 +362,8 @@ class ReceivingLink(LinkEndpoint10):
         if settled:
             return
         journal = getattr(ns, "journal", None)
-        pending = journal.pending if message.journal_id and journal is not None else None
-        if pending is None:
-            self._settle(delivery_id, False, Accepted())
-        else:
-            pending.when_durable(lambda: self._settle(delivery_id, False, Accepted()))
+        self.session.accept(self, delivery_id, journal.pending if message.journal_id and journal is not None
+                            else None)
 
     def _route_of(self, payload: bytes) -> tuple[str, str]:
         destination = self.destination

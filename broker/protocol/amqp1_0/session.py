@@ -18,10 +18,11 @@ from broker import errors
 
 from .composite import Performative
 from .conditions import AmqpErrorCondition, ProtocolFault, Scope, SessionErrorCondition, error_of
-from .definitions import Attach, Begin, Detach, Disposition, End, Error, Flow, Transfer
+from .definitions import Accepted, Attach, Begin, Detach, Disposition, End, Error, Flow, Rejected, Transfer
 from .values import Symbol
 
 if TYPE_CHECKING:
+    from broker.messaging.journal import Durability
     from broker.messaging.queue_entry import QueueEntry
 
     from .connection import AmqpConnection10
@@ -34,6 +35,7 @@ INCOMING_WINDOW = 4096
 OUTGOING_WINDOW = 0x7FFFFFFF
 HANDLE_MAX = 1023
 _SERIAL = 0xFFFFFFFF
+_ACCEPTED = Accepted()
 
 
 class Session:
@@ -53,6 +55,9 @@ class Session:
         self.links: dict[int, LinkEndpoint10] = {}           # by the peer's handle
         self.unsettled: dict[int, tuple[SendingLink, QueueEntry]] = {}   # outgoing, by delivery id
         self.ending = False                                     # we sent end with an error
+        #: incoming deliveries to accept with the next flush (after the input, or a journal commit)
+        self._accepted: list[int] = []
+        self._durable_waits: dict[Durability, list[tuple[LinkEndpoint10, int]]] = {}
         self.ended = False
         model = connection.model
         self.model: Any = model.register_session(channel) if model is not None else None
@@ -180,6 +185,52 @@ class Session:
             for endpoint in self.links.values():
                 endpoint.peer_settled(first, last)
 
+    # -- accepting incoming deliveries ----------------------------------------------------------
+    def accept(self, link: LinkEndpoint10, delivery_id: int, after: Durability | None = None) -> None:
+        """Accept ``delivery_id`` (of ``link``) when the input is done, or once ``after`` (the
+        journal group holding the message) is durable; consecutive ids go as one disposition."""
+        if after is None:
+            if not self._accepted:
+                self.connection.dispositions_due.add(self)
+            self._accepted.append(delivery_id)
+            return
+        waiting = self._durable_waits.get(after)
+        if waiting is None:
+            waiting = self._durable_waits[after] = []
+            after.when_durable(lambda: self._durable(after))
+        waiting.append((link, delivery_id))
+
+    def _durable(self, durability: Durability) -> None:
+        waiting = self._durable_waits.pop(durability, [])
+        if durability.error is not None:
+            error = Error(condition=AmqpErrorCondition.INTERNAL_ERROR,
+                          description=f"the message could not be stored: {durability.error}"[:1000])
+            for link, delivery_id in waiting:
+                if not link.detached and self._may_send():
+                    self.send(Disposition(role=True, first=delivery_id, settled=True, state=Rejected(error=error)))
+            return
+        self._accepted.extend(delivery_id for link, delivery_id in waiting if not link.detached)
+        self.flush_dispositions()
+
+    def _may_send(self) -> bool:
+        return not (self.ended or self.ending) and self.connection.is_open
+
+    def flush_dispositions(self) -> None:
+        ids, self._accepted = self._accepted, []
+        if not ids or not self._may_send():
+            return
+        first = last = ids[0]
+        for delivery_id in ids[1:]:
+            if delivery_id != (last + 1) & _SERIAL:
+                self._send_accepted(first, last)
+                first = delivery_id
+            last = delivery_id
+        self._send_accepted(first, last)
+
+    def _send_accepted(self, first: int, last: int) -> None:
+        self.send(Disposition(role=True, first=first, last=last if last != first else None, settled=True,
+                              state=_ACCEPTED))
+
     # -- output and dispatch -----------------------------------------------------------------
     def can_send(self) -> bool:
         return self.remote_incoming_window > 0 and self.connection.writable and not self.ending \
@@ -227,6 +278,8 @@ class Session:
         for link in list(self.links.values()):
             link.release()
         self.links.clear()
+        self._accepted.clear()
+        self._durable_waits.clear()
         if self.namespace is not None:
             self.namespace.links.session_ended(self)
         if self.model is not None:

@@ -3,7 +3,8 @@ only once the journal has it; a blocked connection's senders get no new credit."
 
 from __future__ import annotations
 
-from broker.protocol.amqp1_0.definitions import Accepted, Disposition, Flow
+from broker.protocol.amqp1_0.definitions import Accepted, Disposition, Flow, Transfer
+from broker.protocol.amqp1_0.framing import encode_frame
 from broker.protocol.amqp1_0.links import LINK_CREDIT
 
 from ...messaging.journal_fake import RecordingJournal
@@ -38,9 +39,13 @@ def test_a_durable_message_is_accepted_only_once_the_journal_has_it() -> None:
 def test_transient_messages_are_accepted_at_once() -> None:
     journal = RecordingJournal()
     client = _client(journal)
-    client.transfer(0, 0, message_payload(durable=False))            # transient on a durable queue
-    client.transfer(1, 1, message_payload(durable=True))             # durable on a non-durable queue
-    assert [v.first for v in client.values() if isinstance(v, Disposition)] == [0, 1]
+    client.raw(b"".join((                                            # one read: one flush
+        encode_frame(Transfer(handle=0, delivery_id=0, delivery_tag=b"0"), 0,
+                     message_payload(durable=False)),                # transient on a durable queue
+        encode_frame(Transfer(handle=1, delivery_id=1, delivery_tag=b"1"), 0,
+                     message_payload(durable=True)))))               # durable on a non-durable queue
+    [disposition] = [v for v in client.values() if isinstance(v, Disposition)]
+    assert (disposition.first, disposition.last) == (0, 1)          # consecutive ids: one range
 
 
 def test_a_blocked_connection_grants_no_new_credit_until_unblocked() -> None:

@@ -63,7 +63,7 @@ def test_anonymous_relay_routes_by_the_to_field() -> None:
     client.take()
     client.transfer(0, 0, encode(Properties(to="/queues/q")) + encode(Data(value=b"b")))
     client.transfer(0, 1, message_payload())
-    states = [v.state for v in client.values() if isinstance(v, Disposition)]
+    states = {v.first: v.state for v in client.values() if isinstance(v, Disposition)}
     assert isinstance(states[0], Accepted) and isinstance(states[1], Rejected)
     assert client.host.namespace.queue("q").message_count == 1
 
