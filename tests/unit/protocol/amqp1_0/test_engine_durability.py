@@ -58,3 +58,30 @@ def test_a_blocked_connection_grants_no_new_credit_until_unblocked() -> None:
     client._read()
     flows = [v for v in client.values() if isinstance(v, Flow) and v.handle == 1]
     assert flows and flows[-1].link_credit == LINK_CREDIT
+
+
+def test_a_failed_journal_commit_rejects_what_waited_for_it() -> None:
+    from broker.protocol.amqp1_0.definitions import Rejected
+
+    journal = RecordingJournal()
+    client = _client(journal)
+    client.transfer(0, 0, message_payload(durable=True))
+    journal.complete(OSError("disk full"))
+    client._read()
+    disposition = client.expect(Disposition)
+    assert isinstance(disposition.state, Rejected)
+    assert disposition.state.error.condition == "amqp:internal-error"
+    assert "disk full" in disposition.state.error.description
+
+
+def test_a_link_detached_before_the_commit_gets_no_disposition() -> None:
+    from broker.protocol.amqp1_0.definitions import Detach
+
+    journal = RecordingJournal()
+    client = _client(journal)
+    client.transfer(0, 0, message_payload(durable=True))
+    client.send(Detach(handle=0, closed=True))
+    client.take()
+    journal.complete()
+    client._read()
+    assert not [v for v in client.values() if isinstance(v, Disposition)]
