@@ -123,6 +123,7 @@ class LinkEndpoint10:
         self.peer_attach = attach
         self.handle = attach.handle
         self.name = str(attach.name)
+        self.key = LinkKey(self.connection.remote_container_id, self.name, self.role)
         self.link: Link | None = None
         self.detached = False                  # we sent our detach (the peer's may follow)
         self.attached = False                  # we answered the attach
@@ -137,10 +138,9 @@ class LinkEndpoint10:
 
     # -- attach ------------------------------------------------------------------------------
     def attach(self) -> None:
-        key = LinkKey(self.connection.remote_container_id, self.name, self.role)
         try:
             requested = self.requested_terminus()
-            self.namespace.links.attach(self, key, requested)
+            self.namespace.links.attach(self, self.key, requested)
         except ProtocolFault as fault:
             self.refuse(fault.error)
         except errors.BrokerError as exc:
@@ -150,6 +150,9 @@ class LinkEndpoint10:
         raise NotImplementedError
 
     def link_attached(self, attachment: Attachment) -> None:
+        if self.detached:                      # the peer detached while the steal was under way
+            self.namespace.links.detach(attachment.link, self, closed=False)
+            return
         self.link = attachment.link
         try:
             self.established(attachment)
@@ -165,6 +168,7 @@ class LinkEndpoint10:
         self.send_detach(Error(condition=LinkErrorCondition.STOLEN,
                                description=f"link '{self.name}' was attached on another session"))
         self.release()
+        self.link = None                       # the peer's answering detach changes nothing more
         self.namespace.links.detach(link, self, closed=False)
 
     def attach_refused(self, error: errors.BrokerError) -> None:
@@ -207,6 +211,10 @@ class LinkEndpoint10:
         if self.link is not None:
             self.namespace.links.detach(self.link, self, closed=detach.closed)
             self.link = None
+        elif not self.attached:                # still waiting to steal the link: stop waiting
+            waited = self.namespace.links.get(self.key)
+            if waited is not None:
+                self.namespace.links.detach(waited, self, closed=False)
         if not self.detached:
             self.detached = True
             self.session.send(Detach(handle=self.handle, closed=detach.closed))
