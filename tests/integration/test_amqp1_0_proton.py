@@ -167,6 +167,28 @@ def test_link_stolen_by_a_second_connection(broker: Any, queue: str) -> None:
         first.close()
 
 
+def test_management_lists_the_connection_its_consumer_and_its_link(
+        broker_process: DeltaMQProcess, queue: str) -> None:
+    import httpx
+
+    api = httpx.Client(base_url=f"http://127.0.0.1:{broker_process.http_port}/api/latest/",
+                       auth=("guest", "guest"), timeout=20)
+    container_id = f"listed-{uuid.uuid4().hex[:8]}"
+    connection = _connect(broker_process.amqp_port, container_id)
+    try:
+        connection.create_receiver(queue, name="watched", credit=1)
+        protocols = [c["protocol"] for c in api.get("connection").json()]
+        assert "AMQP_1_0" in protocols
+        assert api.get(f"queue/default/default/{queue}").json()["statistics"]["consumerCount"] == 1
+        links = api.get("virtualhost/default/default/getLinks").json()
+        [link] = [item for item in links if item["remoteContainerId"] == container_id]
+        assert (link["linkName"], link["role"], link["state"], link["address"]) == (
+            "watched", "sending", "attached", queue)
+    finally:
+        connection.close()
+        api.close()
+
+
 def test_plain_header_where_sasl_is_required(broker: Any) -> None:
     with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as sock:
         sock.sendall(b"AMQP\x00\x01\x00\x00")
