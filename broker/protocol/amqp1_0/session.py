@@ -133,9 +133,6 @@ class Session:
         del self.links[detach.handle]
         link.peer_detached(detach)
 
-    def forget(self, handle: int) -> None:
-        self.links.pop(handle, None)
-
     def _transfer(self, transfer: Transfer, payload: bytes) -> None:
         if self.incoming_remaining <= 0:
             raise ProtocolFault(SessionErrorCondition.WINDOW_VIOLATION,
