@@ -107,7 +107,8 @@ class BrokerHost:
         connection.model = vhost.register_connection(
             self.port,
             remote_address=f"{connection.remote_host}:{connection.remote_port}",
-            protocol=f"AMQP_{connection.version.value.replace('-', '_')}",
+            protocol=getattr(connection, "port_protocol", None)
+            or f"AMQP_{connection.version.value.replace('-', '_')}",
             principal=principal.name if principal is not None else "",
             transport="TCP",
             client_id=_text(props.get("connection_name", "")),

@@ -278,8 +278,9 @@ class AmqpPort(Port):
     def open(self) -> None:
         if self._actual.get("protocols") == LEGACY_DEFAULT_PROTOCOLS:
             implemented = [p.name for p in IMPLEMENTED_PROTOCOLS]
-            log.warning("%s: 'protocols' names %s, which are not implemented; serving %s",
-                        self.label, ", ".join(sorted(set(LEGACY_DEFAULT_PROTOCOLS) - set(implemented))),
+            missing = sorted(set(LEGACY_DEFAULT_PROTOCOLS) - set(implemented))
+            log.warning("%s: 'protocols' names %s, which %s not implemented; serving %s",
+                        self.label, ", ".join(missing), "is" if len(missing) == 1 else "are",
                         ", ".join(implemented))
             self._actual["protocols"] = implemented
         super().open()

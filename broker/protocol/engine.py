@@ -153,7 +153,7 @@ class EngineSpec:
 
 #: engine packages loaded on first use; each has ``ENGINE_SPECS``, most preferred first
 #: (the first registered is the header an unsupported one is answered with)
-BUILTIN = ("broker.protocol.amqp0_9_1",)
+BUILTIN = ("broker.protocol.amqp0_9_1", "broker.protocol.amqp1_0")
 
 
 class EngineRegistry:

@@ -136,13 +136,13 @@ def test_a_port_number_in_use_is_refused_and_nothing_is_created(
 
 
 def test_a_port_naming_an_unimplemented_protocol_is_refused(api: Api, cleanup: list[str]) -> None:
-    implemented = "this broker implements AMQP_0_8, AMQP_0_9, AMQP_0_9_1"
+    implemented = "this broker implements AMQP_0_8, AMQP_0_9, AMQP_0_9_1, AMQP_1_0"
     name = unique("amqp")
     response = api.put(f"port/{name}", {"type": "AMQP", "port": 0, "authenticationProvider": PROVIDER,
-                                        "protocols": ["AMQP_0_9_1", "AMQP_1_0"]})
+                                        "protocols": ["AMQP_0_9_1", "AMQP_0_10"]})
     assert response.status_code == 422, response.text
     message = response.json()["errorMessage"]
-    assert "'protocols' names AMQP_1_0, which is not implemented" in message and implemented in message
+    assert "'protocols' names AMQP_0_10, which is not implemented" in message and implemented in message
     api.ok(api.get(f"port/{name}"), 404)
     cleanup.append(name)
     created = create_port(api, name, protocols=["AMQP_0_9_1"])

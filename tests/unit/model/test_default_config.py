@@ -14,7 +14,7 @@ from broker.model.system_config import REPOSITORY_CONFIG, default_configuration_
 from broker.security.password_file import PasswordFileAuthenticationProvider
 from tests.unit.model.conftest import FakeNamespace
 
-IMPLEMENTED_AMQP = [PortProtocol.AMQP_0_8, PortProtocol.AMQP_0_9, PortProtocol.AMQP_0_9_1]
+IMPLEMENTED_AMQP = [PortProtocol.AMQP_0_8, PortProtocol.AMQP_0_9, PortProtocol.AMQP_0_9_1, PortProtocol.AMQP_1_0]
 
 
 @pytest.fixture

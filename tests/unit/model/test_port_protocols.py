@@ -12,12 +12,12 @@ from broker.model.port import IMPLEMENTED_PROTOCOLS, LEGACY_DEFAULT_PROTOCOLS
 from broker.protocol.engine import ENGINES
 from tests.unit.model.conftest import Loader, minimal_config
 
-IMPLEMENTED_TEXT = "this broker implements AMQP_0_8, AMQP_0_9, AMQP_0_9_1"
+IMPLEMENTED_TEXT = "this broker implements AMQP_0_8, AMQP_0_9, AMQP_0_9_1, AMQP_1_0"
 
 
 def test_the_implemented_protocols_are_the_engine_registrys() -> None:
     assert [p.name for p in IMPLEMENTED_PROTOCOLS] == ENGINES.protocols == [
-        "AMQP_0_8", "AMQP_0_9", "AMQP_0_9_1"]
+        "AMQP_0_8", "AMQP_0_9", "AMQP_0_9_1", "AMQP_1_0"]
 
 
 def test_a_port_enables_every_implemented_protocol_by_default(load: Loader) -> None:
@@ -26,8 +26,8 @@ def test_a_port_enables_every_implemented_protocol_by_default(load: Loader) -> N
 
 
 @pytest.mark.parametrize(("protocols", "named"), [
-    (["AMQP_0_9_1", "AMQP_1_0"], "names AMQP_1_0, which is not implemented"),
-    (["AMQP_0_10", "AMQP_1_0"], "names AMQP_0_10, AMQP_1_0, which are not implemented"),
+    (["AMQP_0_9_1", "AMQP_0_10"], "names AMQP_0_10, which is not implemented"),
+    (["AMQP_0_10", "AMQP_1_0"], "names AMQP_0_10, which is not implemented"),
 ])
 def test_the_configuration_file_cannot_enable_an_unimplemented_protocol(
         load: Loader, protocols: list[str], named: str) -> None:
@@ -42,8 +42,8 @@ def test_the_configuration_file_cannot_enable_an_unimplemented_protocol(
 def test_nor_can_a_context_variable(load: Loader) -> None:
     config = minimal_config()
     config["ports"][0]["protocols"] = "${test.protocols}"
-    with pytest.raises(ConfigurationError, match="names AMQP_1_0, which is not implemented"):
-        load(config, {"test.protocols": '["AMQP_1_0"]'})
+    with pytest.raises(ConfigurationError, match="names AMQP_0_10, which is not implemented"):
+        load(config, {"test.protocols": '["AMQP_0_10"]'})
     [port] = load(config, {"test.protocols": '["AMQP_0_9"]'}).broker.ports()
     assert port.protocols == [PortProtocol.AMQP_0_9]
 
@@ -52,7 +52,7 @@ def test_nor_management_creating_or_changing_a_port(load: Loader) -> None:
     broker = load(minimal_config()).broker
     with pytest.raises(ConfigurationError, match=IMPLEMENTED_TEXT):
         broker.create_child("Port", {"name": "new", "port": 0, "authenticationProvider": "anon",
-                                     "protocols": ["AMQP_1_0"]})
+                                     "protocols": ["AMQP_0_10"]})
     assert [p.name for p in broker.ports()] == ["amqp"]
     [port] = broker.ports()
     with pytest.raises(ConfigurationError, match="names AMQP_0_10, which is not implemented"):
@@ -68,12 +68,12 @@ def test_a_port_stored_with_the_old_default_list_serves_the_implemented_ones(
     with caplog.at_level(logging.WARNING):
         [port] = load(config).broker.ports()
     assert port.protocols == IMPLEMENTED_PROTOCOLS
-    assert "'protocols' names AMQP_0_10, AMQP_1_0, which are not implemented" in caplog.text
+    assert "'protocols' names AMQP_0_10, which is not implemented" in caplog.text
 
 
 def test_metadata_offers_only_the_implemented_protocols() -> None:
     amqp = category("Port").attributes("AMQP")["protocols"].as_dict()
-    assert amqp["choices"] == amqp["default"] == ["AMQP_0_8", "AMQP_0_9", "AMQP_0_9_1"]
+    assert amqp["choices"] == amqp["default"] == ["AMQP_0_8", "AMQP_0_9", "AMQP_0_9_1", "AMQP_1_0"]
     assert category("Port").attributes("HTTP")["protocols"].as_dict()["choices"] == ["HTTP"]
 
 
@@ -83,4 +83,4 @@ def test_an_unknown_protocol_name_is_told_the_implemented_ones(load: Loader) -> 
     with pytest.raises(ConfigurationError) as raised:
         load(config)
     assert str(raised.value) == ("Port 'amqp': attribute 'protocols' may name AMQP_0_8, AMQP_0_9,"
-                                 " AMQP_0_9_1; got 'AMQP_2_0'")
+                                 " AMQP_0_9_1, AMQP_1_0; got 'AMQP_2_0'")

@@ -187,10 +187,13 @@ def test_buffered_bytes_are_the_engines_unsent_output() -> None:
 
 # -- the registry --------------------------------------------------------------------
 
-def test_the_registry_serves_the_0_9_1_family_with_one_engine() -> None:
-    assert ENGINES.protocols == ["AMQP_0_8", "AMQP_0_9", "AMQP_0_9_1"]
-    assert ENGINES.versions(["AMQP_0_9_1", "AMQP_1_0"]) == frozenset({AmqpVersion.V0_9_1})
-    assert ENGINES.describe() == "AMQP 0-8, 0-9, 0-9-1"
+def test_the_registry_serves_the_0_9_1_family_with_one_engine_and_1_0_with_another() -> None:
+    assert ENGINES.protocols == ["AMQP_0_8", "AMQP_0_9", "AMQP_0_9_1", "AMQP_1_0"]
+    assert ENGINES.versions(["AMQP_0_9_1", "AMQP_0_10"]) == frozenset({AmqpVersion.V0_9_1})
+    assert ENGINES.versions(["AMQP_1_0"]) == frozenset({AmqpVersion.V1_0, AmqpVersion.V1_0_SASL})
+    assert ENGINES.factory(AmqpVersion.V1_0) is ENGINES.factory(AmqpVersion.V1_0_SASL)
+    assert ENGINES.factory(AmqpVersion.V1_0) is not ENGINES.factory(AmqpVersion.V0_9_1)
+    assert ENGINES.describe() == "AMQP 0-8, 0-9, 0-9-1, 1.0"
     everything = ENGINES.versions(ENGINES.protocols)
     assert ENGINES.preferred_header(everything) == HEADER_FOR[AmqpVersion.V0_9_1]
     assert ENGINES.preferred_header(frozenset({AmqpVersion.V0_8})) == HEADER_FOR[AmqpVersion.V0_8]

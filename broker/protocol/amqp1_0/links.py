@@ -1,0 +1,542 @@
+"""AMQP 1.0 links (spec 2.6, 3.5): the broker's end of each, through the link registry.
+
+A link is attached through the virtual host's
+:class:`~broker.messaging.link_registry.LinkRegistry` under
+(container id, link name, role): the registry decides whether it is new,
+resumed or recovered, and takes it from another endpoint first when it is
+attached elsewhere (that endpoint is detached with ``amqp:link:stolen``).
+Only once the registry hands the link over (:meth:`LinkEndpoint10.link_attached`)
+does the broker answer the peer's ``attach``.
+
+- :class:`ReceivingLink` -- the client sends.  Its target's address names an
+  exchange and routing key (:mod:`.addresses`); the broker grants credit,
+  assembles multi-frame transfers, drops aborted ones, routes each message
+  and settles: at once for a pre-settled transfer, else with ``accepted``
+  once a durable queue's journal has committed it, or ``rejected`` when
+  nothing took it.
+- :class:`SendingLink` -- the client receives from a queue.  It is one of
+  the queue's consumers while it has credit (the client's ``flow``);
+  ``drain`` uses up what the queue cannot fill; deliveries stay unsettled
+  until the client's ``disposition`` (accepted -> acknowledged, released and
+  modified -> requeued, rejected -> dead-lettered or dropped), unless the
+  link sends them settled (at most once).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from typing import TYPE_CHECKING, Any
+
+from broker import errors
+from broker.messaging.link_registry import Attachment, Link, LinkKey
+from broker.messaging.link_terminus import ExpiryPolicy, Terminus, TerminusDurability
+from broker.messaging.selectors import compile_selector
+from broker.messaging.termini import LinkRole
+from broker.messaging.transaction import AutoCommitTransaction
+
+from .addresses import Destination, resolve_source, resolve_target
+from .conditions import AmqpErrorCondition, LinkErrorCondition, ProtocolFault, Scope, error_of
+from .definitions import (Accepted, Attach, Coordinator, Detach, Disposition, Error, Flow, Modified, Rejected,
+                          Released, Source, Target, Transfer)
+from .framing import transfer_frames
+from .sections import MessageSections
+from .values import Described, Symbol
+
+try:                                   # h-convert's module, once merged
+    from .message_format import message_from_transfer, transfer_payload  # type: ignore[attr-defined]
+except ImportError:                    # pragma: no cover - until then
+    from ._message_interim import message_from_transfer, transfer_payload
+
+if TYPE_CHECKING:
+    from broker.messaging.queue import Queue
+    from broker.messaging.queue_entry import QueueEntry
+
+    from .session import Session
+
+log = logging.getLogger(__name__)
+
+#: credit a receiving link grants, renewed once half of it is used
+LINK_CREDIT = 256
+SELECTOR_DESCRIPTORS = ("apache.org:selector-filter:string", 0x0000468C00000004)
+_TAG = struct.Struct(">Q")
+
+
+# -- termini: the attach's source/target <-> the registry's Terminus ----------------------------
+
+def _selector_of(filters: dict[Any, Any] | None) -> str | None:
+    for value in (filters or {}).values():
+        if isinstance(value, Described) and value.descriptor in SELECTOR_DESCRIPTORS:
+            return str(value.value)
+    return None
+
+
+def _terminus(node: Source | Target | None) -> Terminus | None:
+    if node is None:
+        return None
+    try:
+        policy = ExpiryPolicy(str(node.expiry_policy))
+    except ValueError:
+        raise ProtocolFault(AmqpErrorCondition.INVALID_FIELD, f"expiry-policy {node.expiry_policy!r}",
+                            Scope.LINK) from None
+    durable = TerminusDurability(min(max(int(node.durable), 0), 2))
+    address = node.address if node.address is None else str(node.address)
+    capabilities = node.capabilities
+    if isinstance(capabilities, str):
+        capabilities = [capabilities]
+    distribution = getattr(node, "distribution_mode", None)
+    return Terminus(address=address, durable=durable, expiry_policy=policy, timeout=node.timeout or None,
+                    dynamic=bool(node.dynamic),
+                    distribution_mode=str(distribution) if distribution is not None else None,
+                    selector=_selector_of(getattr(node, "filter", None)),
+                    capabilities=tuple(str(c) for c in capabilities or ()))
+
+
+def _node_fields(terminus: Terminus) -> dict[str, Any]:
+    return {"address": terminus.address, "durable": int(terminus.durable),
+            "expiry_policy": Symbol(terminus.expiry_policy.value), "timeout": terminus.timeout or 0,
+            "dynamic": terminus.dynamic,
+            "capabilities": [Symbol(c) for c in terminus.capabilities] or None}
+
+
+def source_of(terminus: Terminus) -> Source:
+    filters = None
+    if terminus.selector is not None:
+        filters = {Symbol("jms-selector"): Described(Symbol(SELECTOR_DESCRIPTORS[0]), terminus.selector)}
+    return Source(distribution_mode=Symbol(terminus.distribution_mode) if terminus.distribution_mode else None,
+                  filter=filters, **_node_fields(terminus))
+
+
+def target_of(terminus: Terminus) -> Target:
+    return Target(**_node_fields(terminus))
+
+
+class LinkEndpoint10:
+    """The broker's end of one link on a session (the registry's LinkEndpoint)."""
+
+    role: LinkRole
+
+    def __init__(self, session: Session, attach: Attach) -> None:
+        self.session = session
+        self.connection = session.connection
+        self.namespace = session.namespace
+        self.peer_attach = attach
+        self.handle = attach.handle
+        self.name = str(attach.name)
+        self.key = LinkKey(self.connection.remote_container_id, self.name, self.role)
+        self.link: Link | None = None
+        self.detached = False                  # we sent our detach (the peer's may follow)
+        self.attached = False                  # we answered the attach
+
+    @property
+    def connection_name(self) -> str:
+        model = self.connection.model
+        return str(getattr(model, "name", "")) or f"{self.connection.remote_host}:{self.connection.remote_port}"
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} handle {self.handle}>"
+
+    # -- attach ------------------------------------------------------------------------------
+    def attach(self) -> None:
+        try:
+            requested = self.requested_terminus()
+            self.namespace.links.attach(self, self.key, requested)
+        except ProtocolFault as fault:
+            self.refuse(fault.error)
+        except errors.BrokerError as exc:
+            self.refuse(error_of(exc))
+
+    def requested_terminus(self) -> Terminus | None:
+        raise NotImplementedError
+
+    def link_attached(self, attachment: Attachment) -> None:
+        if self.detached:                      # the peer detached while the steal was under way
+            self.namespace.links.detach(attachment.link, self, closed=False)
+            return
+        self.link = attachment.link
+        try:
+            self.established(attachment)
+        except ProtocolFault as fault:
+            self.refuse(fault.error)
+        except errors.BrokerError as exc:
+            self.refuse(error_of(exc))
+
+    def established(self, attachment: Attachment) -> None:
+        raise NotImplementedError
+
+    def link_stolen(self, link: Link) -> None:
+        self.send_detach(Error(condition=LinkErrorCondition.STOLEN,
+                               description=f"link '{self.name}' was attached on another session"))
+        self.release()
+        self.link = None                       # the peer's answering detach changes nothing more
+        self.namespace.links.detach(link, self, closed=False)
+
+    def attach_refused(self, error: errors.BrokerError) -> None:
+        self.refuse(error_of(error))
+
+    def refuse(self, error: Error) -> None:
+        """Answer the attach with no terminus, then detach closed with ``error`` (spec 2.6.3)."""
+        if not self.attached:
+            self.answer_attach(None)
+        self.close_with(error)
+
+    def answer_attach(self, node: Source | Target | None, **fields: Any) -> None:
+        attach = self.peer_attach
+        self.attached = True
+        our_role = self.role is LinkRole.RECEIVING     # role true: the receiver
+        if our_role:
+            source, target = attach.source, node
+        else:
+            source, target = node, attach.target
+        self.session.send(Attach(name=attach.name, handle=self.handle, role=our_role,
+                                 snd_settle_mode=attach.snd_settle_mode, rcv_settle_mode=0,
+                                 source=source, target=target, **fields))
+
+    # -- detach ------------------------------------------------------------------------------
+    def send_detach(self, error: Error | None, closed: bool = True) -> None:
+        if not self.detached:
+            self.detached = True
+            self.session.send(Detach(handle=self.handle, closed=closed, error=error))
+
+    def close_with(self, error: Error) -> None:
+        """Detach and close the link from our side with ``error``."""
+        self.send_detach(error)
+        self.release()
+        if self.link is not None:
+            self.namespace.links.detach(self.link, self, closed=True)
+            self.link = None
+
+    def peer_detached(self, detach: Detach) -> None:
+        self.release()
+        if self.link is not None:
+            self.namespace.links.detach(self.link, self, closed=detach.closed)
+            self.link = None
+        elif not self.attached:                # still waiting to steal the link: stop waiting
+            waited = self.namespace.links.get(self.key)
+            if waited is not None:
+                self.namespace.links.detach(waited, self, closed=False)
+        if not self.detached:
+            self.detached = True
+            self.session.send(Detach(handle=self.handle, closed=detach.closed))
+
+    # -- what the session passes on ----------------------------------------------------------
+    def transfer(self, transfer: Transfer, payload: bytes) -> None:
+        raise ProtocolFault(AmqpErrorCondition.NOT_ALLOWED, "transfer to a link on which the broker sends",
+                            Scope.LINK, self.handle)
+
+    def flow(self, flow: Flow) -> None:
+        if flow.echo:
+            self.send_flow()
+
+    def send_flow(self, **fields: Any) -> None:
+        raise NotImplementedError
+
+    def outcome(self, delivery_id: int, entry: QueueEntry, state: Any, settled: bool) -> None:
+        """The peer's disposition of a delivery we sent."""
+
+    def peer_settled(self, first: int, last: int) -> None:
+        """The peer settled deliveries it sent us (ids ``first``..``last``)."""
+
+    def resume(self) -> None:
+        """Output may flow again."""
+
+    def unblocked(self) -> None:
+        """The resource alarm cleared."""
+
+    def release(self) -> None:
+        """Stop using the link: it is detached, stolen, or its session ends."""
+
+
+# -- the client sends ---------------------------------------------------------------------------
+
+class ReceivingLink(LinkEndpoint10):
+    role = LinkRole.RECEIVING
+
+    def __init__(self, session: Session, attach: Attach) -> None:
+        super().__init__(session, attach)
+        self.destination: Destination | None = None
+        self.delivery_count = attach.initial_delivery_count or 0
+        self.credit = 0
+        self.max_message_size = self.connection.host.max_message_size
+        self._delivery_id: int | None = None        # the delivery being assembled
+        self._settled = False
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._aborting = False
+        self.tx = AutoCommitTransaction()
+
+    def requested_terminus(self) -> Terminus | None:
+        target = self.peer_attach.target
+        if isinstance(target, Coordinator):
+            raise ProtocolFault(AmqpErrorCondition.NOT_IMPLEMENTED, "transactions are not supported yet",
+                                Scope.LINK, self.handle)
+        return _terminus(target)
+
+    def established(self, attachment: Attachment) -> None:
+        terminus = attachment.link.terminus
+        if terminus.address is not None:
+            self.destination = resolve_target(self.namespace, terminus.address)
+        self.answer_attach(self.peer_attach.target or target_of(terminus),
+                           max_message_size=self.max_message_size)
+        if not self.connection.blocked:
+            self.credit = LINK_CREDIT
+            self.send_flow()
+
+    def send_flow(self, **fields: Any) -> None:
+        if not self.detached:
+            self.session.send(self.session.flow(handle=self.handle, delivery_count=self.delivery_count,
+                                                link_credit=self.credit, **fields))
+
+    def flow(self, flow: Flow) -> None:
+        if flow.delivery_count is not None:
+            # the sender's view (spec 2.6.7): credit left = our limit minus what it sent since
+            self.credit = max(((self.delivery_count + self.credit - flow.delivery_count + 0x80000000)
+                               & 0xFFFFFFFF) - 0x80000000, 0)
+            self.delivery_count = flow.delivery_count
+        super().flow(flow)
+
+    def transfer(self, transfer: Transfer, payload: bytes) -> None:
+        if self.detached:
+            return
+        if self._delivery_id is None:
+            if transfer.delivery_id is None:
+                raise ProtocolFault(AmqpErrorCondition.INVALID_FIELD, "first transfer of a delivery without delivery-id",
+                                    Scope.LINK, self.handle)
+            if self.credit <= 0:
+                raise ProtocolFault(LinkErrorCondition.TRANSFER_LIMIT_EXCEEDED,
+                                    "transfer without link credit", Scope.LINK, self.handle)
+            self.credit -= 1
+            self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
+            self._delivery_id = transfer.delivery_id
+            self._settled = bool(transfer.settled)
+            self._parts, self._size = [], 0
+        elif transfer.delivery_id is not None and transfer.delivery_id != self._delivery_id:
+            raise ProtocolFault(AmqpErrorCondition.INVALID_FIELD,
+                                f"delivery {transfer.delivery_id} began before delivery {self._delivery_id}"
+                                " was complete", Scope.LINK, self.handle)
+        if transfer.settled:
+            self._settled = True
+        if transfer.aborted:
+            self._delivery_id = None                  # spec 2.6.14: an aborted delivery is dropped
+            self._parts, self._size = [], 0
+            self._renew_credit()
+            return
+        self._parts.append(payload)
+        self._size += len(payload)
+        if self._size > self.max_message_size:
+            raise ProtocolFault(LinkErrorCondition.MESSAGE_SIZE_EXCEEDED,
+                                f"message of more than {self.max_message_size} bytes", Scope.LINK, self.handle)
+        if transfer.more:
+            return
+        delivery_id, settled = self._delivery_id, self._settled
+        parts, self._parts, self._delivery_id = self._parts, [], None
+        self._publish(delivery_id, settled, parts[0] if len(parts) == 1 else b"".join(parts))
+        self._renew_credit()
+
+    def _renew_credit(self) -> None:
+        if self.credit <= LINK_CREDIT // 2 and not self.connection.blocked and not self.detached:
+            self.credit = LINK_CREDIT
+            self.send_flow()
+
+    def unblocked(self) -> None:
+        self._renew_credit()
+
+    def _publish(self, delivery_id: int, settled: bool, payload: bytes) -> None:
+        ns = self.namespace
+        self.connection.messages_received += 1
+        try:
+            exchange, routing_key = self._route_of(payload)
+            message = message_from_transfer(payload, exchange=exchange, routing_key=routing_key,
+                                            arrival=ns.clock())
+            queues = ns.route(exchange, message)
+        except errors.BrokerError as exc:
+            self._settle(delivery_id, settled, Rejected(error=error_of(exc)))
+            return
+        except ValueError as exc:                     # the sections are malformed
+            self._settle(delivery_id, settled, Rejected(error=Error(
+                condition=AmqpErrorCondition.DECODE_ERROR, description=str(exc)[:1000])))
+            return
+        if not queues:
+            self._settle(delivery_id, settled, Rejected(error=Error(
+                condition=AmqpErrorCondition.NOT_FOUND,
+                description=f"no queue is bound to receive the message (exchange '{exchange}',"
+                            f" routing key '{routing_key}')")))
+            return
+        if not self.tx.enqueue(message, queues):
+            self._settle(delivery_id, settled, Rejected(error=Error(
+                condition=AmqpErrorCondition.RESOURCE_LIMIT_EXCEEDED,
+                description="a queue refused the message (it is full)")))
+            return
+        if settled:
+            return
+        journal = getattr(ns, "journal", None)
+        self.session.accept(self, delivery_id, journal.pending if message.journal_id and journal is not None
+                            else None)
+
+    def _route_of(self, payload: bytes) -> tuple[str, str]:
+        destination = self.destination
+        if destination is not None and not destination.key_from_subject:
+            return destination.exchange, destination.routing_key
+        properties = MessageSections(payload).properties
+        if destination is not None:
+            subject = properties.subject if properties is not None else None
+            return destination.exchange, subject or ""
+        to = properties.to if properties is not None else None
+        if to is None:
+            raise errors.NotFound("a message to the anonymous relay without a 'to' address")
+        resolved = resolve_target(self.namespace, str(to))
+        if resolved.key_from_subject:
+            subject = properties.subject if properties is not None else None
+            return resolved.exchange, subject or ""
+        return resolved.exchange, resolved.routing_key
+
+    def _settle(self, delivery_id: int, settled: bool, state: Any) -> None:
+        if settled or self.detached or self.session.ended or not self.connection.is_open:
+            return
+        self.session.send(Disposition(role=True, first=delivery_id, settled=True, state=state))
+
+    def release(self) -> None:
+        self._parts, self._delivery_id = [], None
+
+
+# -- the client receives --------------------------------------------------------------------------
+
+class SendingLink(LinkEndpoint10):
+    role = LinkRole.SENDING
+
+    def __init__(self, session: Session, attach: Attach) -> None:
+        super().__init__(session, attach)
+        self.queue: Queue | None = None
+        self.credit = 0
+        self.delivery_count = 0
+        self.drain = False
+        self.no_ack = attach.snd_settle_mode == 1       # settled: at most once
+        self.tag = self.name
+        self.priority = 0
+        self.selector: Any = None
+        self.cancelled = True
+        self.model: Any = None
+
+    def requested_terminus(self) -> Terminus | None:
+        return _terminus(self.peer_attach.source)
+
+    def established(self, attachment: Attachment) -> None:
+        terminus = attachment.link.terminus
+        if terminus.address is None:
+            raise errors.NotFound("a source without an address")
+        node = resolve_source(self.namespace, terminus.address)
+        if node.queue is not None:
+            if terminus.selector is not None:
+                self.selector = compile_selector(terminus.selector)
+            self._consume(self.namespace.queue(node.queue, owner=self.connection), terminus)
+            return
+        link = attachment.link
+
+        def subscribed(name: str | None, error: errors.BrokerError | None) -> None:
+            session = self.session
+            if self.link is not link or self.detached or session.ended or session.ending \
+                    or not self.connection.is_open:
+                return                                  # gone while the queue was made
+            if error is not None or name is None:
+                self.refuse(error_of(error or errors.NotFound("no subscription queue")))
+                return
+            self._consume(self.namespace.queue(name), terminus)
+            self.connection.run_dispatch()
+
+        # the binding carries the selector (x-filter-jms-selector): no consumer selector
+        self.namespace.links.subscribe(link, node.exchange, node.binding_key, subscribed)
+
+    def _consume(self, queue: Queue, terminus: Terminus) -> None:
+        self.queue = queue
+        self.answer_attach(self.peer_attach.source or source_of(terminus), initial_delivery_count=0)
+        queue.add_consumer(self)
+        self.cancelled = False
+        smodel = self.session.model
+        if smodel is not None:
+            self.model = smodel.register_consumer(self.tag, queue=queue.name, exclusive=False,
+                                                  no_ack=self.no_ack, arguments={})
+
+    # -- the queue's Consumer contract ----------------------------------------------------------
+    def can_deliver(self, entry: QueueEntry) -> bool:
+        return self.credit > 0 and not self.cancelled and self.session.can_send()
+
+    def deliver(self, entry: QueueEntry) -> None:
+        session = self.session
+        delivery_id = session.take_delivery_id()
+        payload = transfer_payload(entry.message, delivery_count=entry.delivery_count,
+                                   first_acquirer=entry.delivery_count == 0)
+        transfer = Transfer(handle=self.handle, delivery_id=delivery_id, delivery_tag=_TAG.pack(delivery_id),
+                            message_format=0, settled=self.no_ack)
+        frames = transfer_frames(session.channel, transfer, payload, self.connection.max_frame_size)
+        self.credit -= 1
+        self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
+        if not self.no_ack:
+            session.unsettled[delivery_id] = (self, entry)
+        self.connection.messages_sent += 1
+        session.send_transfer_frames(frames)
+
+    def queue_deleted(self, queue: Queue) -> None:
+        self.close_with(Error(condition=AmqpErrorCondition.RESOURCE_DELETED,
+                              description=f"queue '{queue.name}' was deleted"))
+
+    # -- credit -----------------------------------------------------------------------------------
+    def flow(self, flow: Flow) -> None:
+        if flow.link_credit is not None:
+            their_count = flow.delivery_count if flow.delivery_count is not None else 0
+            # spec 2.6.7: credit counts from the receiver's delivery-count
+            self.credit = max(((their_count + flow.link_credit - self.delivery_count + 0x80000000)
+                               & 0xFFFFFFFF) - 0x80000000, 0)
+        self.drain = flow.drain
+        if self.queue is not None and not self.cancelled:
+            self.queue.dispatch()
+        if self.drain and self.credit > 0:
+            self.delivery_count = (self.delivery_count + self.credit) & 0xFFFFFFFF
+            self.credit = 0
+            self.send_flow(drain=True)
+        elif flow.echo:
+            self.send_flow()
+
+    def send_flow(self, **fields: Any) -> None:
+        if not self.detached:
+            available = self.queue.message_count if self.queue is not None else 0
+            self.session.send(self.session.flow(handle=self.handle, delivery_count=self.delivery_count,
+                                                link_credit=self.credit, available=available, **fields))
+
+    def resume(self) -> None:
+        if self.queue is not None and not self.cancelled and self.credit > 0:
+            self.connection.schedule_dispatch(self.queue)
+
+    # -- settlement -------------------------------------------------------------------------------
+    def outcome(self, delivery_id: int, entry: QueueEntry, state: Any, settled: bool) -> None:
+        queue = entry.queue
+        if state is None or isinstance(state, Accepted):
+            if settled or state is not None:
+                queue.settle(entry)
+        elif isinstance(state, Rejected):
+            queue.reject(entry)
+        elif isinstance(state, (Released, Modified)):
+            queue.release(entry)
+        else:
+            return                                   # received: not an outcome
+        if not settled:
+            self.session.unsettled.pop(delivery_id, None)
+            self.session.send(Disposition(role=False, first=delivery_id, settled=True, state=state))
+        self.connection.schedule_dispatch(queue)
+
+    def release(self) -> None:
+        if not self.cancelled:
+            self.cancelled = True
+            if self.queue is not None:
+                self.queue.remove_consumer(self)
+        if self.model is not None:
+            self.model.unregister()
+            self.model = None
+        unsettled = self.session.unsettled
+        mine = [i for i, (link, _entry) in unsettled.items() if link is self]
+        queues = set()
+        for delivery_id in mine:
+            _link, entry = unsettled.pop(delivery_id)
+            entry.queue.release(entry)
+            queues.add(entry.queue)
+        for queue in queues:
+            self.connection.schedule_dispatch(queue)
