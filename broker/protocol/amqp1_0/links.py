@@ -43,10 +43,7 @@ from .framing import transfer_frames
 from .sections import MessageSections
 from .values import Described, Symbol
 
-try:                                   # h-convert's module, once merged
-    from .message_format import message_from_transfer, transfer_payload  # type: ignore[attr-defined]
-except ImportError:                    # pragma: no cover - until then
-    from ._message_interim import message_from_transfer, transfer_payload
+from .message_format import message_from_transfer, transfer_payload
 
 if TYPE_CHECKING:
     from broker.messaging.queue import Queue
