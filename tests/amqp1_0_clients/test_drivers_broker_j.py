@@ -1,8 +1,8 @@
 """The AMQP 1.0 client drivers work: rhea, Qpid JMS and python-qpid-proton against Broker-J.
 
-DeltaMQ does not speak AMQP 1.0 yet, so the drivers the 1.0 integration tests will run
-against it are proven here against Apache Qpid Broker-J 9.2.0, the broker whose
-behaviour DeltaMQ follows (bench/broker_j.py starts a private one on a free loopback
+The drivers the 1.0 tests run against DeltaMQ (test_drivers_deltamq.py) are proven
+here against Apache Qpid Broker-J 9.2.0, the broker whose behaviour DeltaMQ follows,
+in every scenario they have (bench/broker_j.py starts a private one on a free loopback
 port).  These tests run only where Broker-J has been fetched
 (``python -m bench.broker_j --fetch``; the AMQP 1.0 benchmark fetches it too): the
 normal suite does not download a broker.
