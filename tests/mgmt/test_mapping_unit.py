@@ -259,4 +259,4 @@ def test_the_port_schema_offers_only_implemented_protocols() -> None:
     offered = {name: schema.properties["protocols"].items.enum   # type: ignore[index,union-attr]
                for name, schema in schemas.items()
                if name.endswith("Port") and schema.properties and "protocols" in schema.properties}
-    assert offered == {"Port": ["AMQP_0_8", "AMQP_0_9", "AMQP_0_9_1", "HTTP"]}
+    assert offered == {"Port": ["AMQP_0_8", "AMQP_0_9", "AMQP_0_9_1", "AMQP_1_0", "HTTP"]}   # never AMQP_0_10
