@@ -90,6 +90,37 @@ class WorkRequested:
 EngineEvent = Opened | Closing | Finished | PauseReading | ResumeReading | IdleTiming | WorkRequested
 
 
+#: stop producing deliveries once this much output is queued or not yet written
+WRITE_BUFFER_LIMIT = 1 << 20
+
+
+class OutputQueue:
+    """The output side engines share: bytes queued until the transport takes them
+    (:meth:`data_to_send`), and what it took and has not reported written
+    (``_in_flight``, cleared by the engine's ``output_drained``)."""
+
+    def _init_output(self) -> None:
+        self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._in_flight = 0
+        self.bytes_sent = 0
+
+    @property
+    def writable(self) -> bool:
+        """Below :data:`WRITE_BUFFER_LIMIT`: deliveries may go on."""
+        return self._in_flight + self._out_bytes < WRITE_BUFFER_LIMIT
+
+    def data_to_send(self) -> bytes:
+        if not self._out:
+            return b""
+        data = b"".join(self._out)
+        self._out.clear()
+        self._in_flight += self._out_bytes
+        self._out_bytes = 0
+        self.bytes_sent += len(data)
+        return data
+
+
 class Engine(Protocol):
     """One connection's protocol engine, as a transport sees it (sans-IO)."""
 

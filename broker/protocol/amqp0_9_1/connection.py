@@ -28,7 +28,7 @@ from typing import Any, Callable
 from broker import errors
 from broker.protocol.detect import AmqpVersion
 from broker.protocol.engine import (Closing, EngineEvent, Finished, IdleTiming, Opened,
-                                    PauseReading, ResumeReading, WorkRequested)
+                                    OutputQueue, PauseReading, ResumeReading, WorkRequested)
 from broker.protocol.host import Principal, ProtocolHost
 from broker.security import sasl
 
@@ -58,7 +58,6 @@ class State(enum.Enum):
     CLOSED = "closed"
 
 
-WRITE_BUFFER_LIMIT = 1 << 20     # stop deliveries when this much output is queued
 HOLD_LIMIT = 1 << 20             # input held from a blocked publisher before reading stops
 HEARTBEAT_SEND_AFTER = 0.45      # of the interval: beat when we were quiet this long (spec 4.2.7)
 HEARTBEAT_EXPIRE_AFTER = 2.0     # of the interval: a peer silent this long is gone
@@ -68,7 +67,7 @@ class _Desynchronised(errors.FrameError):
     """A framing error after which the byte stream cannot be followed any more."""
 
 
-class AmqpConnection:
+class AmqpConnection(OutputQueue):
     """One client connection speaking AMQP 0-8, 0-9 or 0-9-1."""
 
     def __init__(self, host: ProtocolHost, version: AmqpVersion, *, remote_host: str,
@@ -85,9 +84,7 @@ class AmqpConnection:
         self._mechanism = ""                   # the SASL mechanism chosen in start-ok
         self._decoders, self._encoders, self._version_pair = VERSION_TABLES[version]
         self._rest = b""
-        self._out: list[bytes] = []
-        self._out_bytes = 0
-        self._in_flight = 0
+        self._init_output()
         self.on_output: Callable[[], None] = lambda: None
         self.on_event: Callable[[EngineEvent], None] = lambda event: None
         self.closed = False                  # transport closes once output is flushed
@@ -123,7 +120,6 @@ class AmqpConnection:
         self.store_waits = StoreWaits()
         self.has_published = False
         self.bytes_received = 0
-        self.bytes_sent = 0
         self.messages_received = 0
         self.messages_sent = 0
 
@@ -178,28 +174,14 @@ class AmqpConnection:
         self._rest = buf[o:] if o < n and self.state is not State.CLOSED else b""
         self._after_input()
 
-    def data_to_send(self) -> bytes:
-        if not self._out:
-            return b""
-        data = b"".join(self._out)
-        self._out.clear()
-        self._in_flight += self._out_bytes
-        self._out_bytes = 0
-        self.bytes_sent += len(data)
-        return data
-
     def output_drained(self) -> None:
         """The transport wrote everything it took: deliveries may resume."""
-        was_full = self._in_flight + self._out_bytes >= WRITE_BUFFER_LIMIT
+        was_full = not self.writable
         self._in_flight = 0
         if was_full and self.state is State.OPEN:
             for ch in list(self.channels.values()):
                 ch.resume_deliveries()
             self._run_dispatch()
-
-    @property
-    def writable(self) -> bool:
-        return self._in_flight + self._out_bytes < WRITE_BUFFER_LIMIT
 
     @property
     def buffered_bytes(self) -> int:

@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 from broker import errors
 from broker.protocol.detect import AmqpVersion
-from broker.protocol.engine import (Closing, EngineEvent, Finished, IdleTiming, Opened, WorkRequested)
+from broker.protocol.engine import (Closing, EngineEvent, Finished, IdleTiming, Opened, OutputQueue, WorkRequested)
 from broker.protocol.host import Principal, ProtocolHost
 from broker.security import sasl
 
@@ -50,7 +50,6 @@ log = logging.getLogger(__name__)
 
 #: the SASL mechanisms this engine speaks (of those the port's provider offers)
 MECHANISMS = ("PLAIN", "ANONYMOUS")
-WRITE_BUFFER_LIMIT = 1 << 20     # stop deliveries when this much output is queued
 IDLE_SEND_FRACTION = 0.5         # beat after half the peer's idle-time-out (spec 2.4.5)
 IDLE_EXPIRE_FACTOR = 2.0         # a peer silent twice our idle-time-out is gone
 
@@ -65,7 +64,7 @@ class State(enum.Enum):
     CLOSED = "closed"
 
 
-class AmqpConnection10:
+class AmqpConnection10(OutputQueue):
     """One client connection speaking AMQP 1.0."""
 
     def __init__(self, host: ProtocolHost, version: AmqpVersion, *, remote_host: str,
@@ -84,9 +83,7 @@ class AmqpConnection10:
         self.on_output: Callable[[], None] = lambda: None
         self.on_event: Callable[[EngineEvent], None] = lambda event: None
         self._reader = FrameReader(MIN_MAX_FRAME_SIZE)
-        self._out: list[bytes] = []
-        self._out_bytes = 0
-        self._in_flight = 0
+        self._init_output()
         self.closed = False
         self.close_reason = ""
         self.principal: Principal | None = None
@@ -106,7 +103,6 @@ class AmqpConnection10:
         self.dispositions_due: set[Session] = set()
         self.blocked = False
         self.bytes_received = 0
-        self.bytes_sent = 0
         self.messages_received = 0
         self.messages_sent = 0
 
@@ -114,10 +110,6 @@ class AmqpConnection10:
     @property
     def buffered_bytes(self) -> int:
         return self._reader.buffered_bytes + self._out_bytes
-
-    @property
-    def writable(self) -> bool:
-        return self._in_flight + self._out_bytes < WRITE_BUFFER_LIMIT
 
     @property
     def is_open(self) -> bool:
@@ -161,16 +153,6 @@ class AmqpConnection10:
             log.exception("internal error on AMQP 1.0 connection %s", self.id)
             self._connection_error(AmqpErrorCondition.INTERNAL_ERROR, f"internal error: {exc!r}")
         self._after_input()
-
-    def data_to_send(self) -> bytes:
-        if not self._out:
-            return b""
-        data = b"".join(self._out)
-        self._out.clear()
-        self._in_flight += self._out_bytes
-        self._out_bytes = 0
-        self.bytes_sent += len(data)
-        return data
 
     def output_drained(self) -> None:
         was_full = not self.writable
