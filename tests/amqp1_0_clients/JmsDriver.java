@@ -15,6 +15,10 @@
 //   transacted            a transacted session: N sent and rolled back (nothing arrives), N sent
 //                         and committed; received and rolled back (redelivered), received again
 //                         and committed (the queue is then empty)
+//   transacted-forward    N persistent on --address; a transacted session receives each and sends
+//                         it on to --forward-to in one transaction: rolled back (the source keeps
+//                         them, the target gets none), then committed (the target has the N in
+//                         order, the source none)
 //   selector              N with property color red/blue alternating; a consumer with the
 //                         selector "color = 'red'" gets the red ones, a plain consumer the rest
 //   browse                N sent; a QueueBrowser enumerates N; a consumer then still gets N
@@ -100,6 +104,7 @@ public class JmsDriver {
         switch (scenario) {
             case "send-receive": sendReceive(out); break;
             case "transacted": transacted(out); break;
+            case "transacted-forward": transactedForward(out); break;
             case "selector": selector(out); break;
             case "browse": browse(out); break;
             case "reply-to": replyTo(out); break;
@@ -185,6 +190,39 @@ public class JmsDriver {
             Session plain = c.createSession(false, Session.AUTO_ACKNOWLEDGE);
             out.put("left_after_commit", receive(plain.createConsumer(q), 1, QUIET_MS).size());
         }
+    }
+
+    void transactedForward(Map<String, Object> out) throws Exception {
+        try (Connection c = connect(null)) {
+            Session plain = c.createSession(false, Session.AUTO_ACKNOWLEDGE);
+            Queue source = plain.createQueue(address);
+            Queue target = plain.createQueue(opt.get("forward-to"));
+            out.put("sent", send(plain, source, count, true));
+            Session tx = c.createSession(true, Session.SESSION_TRANSACTED);
+            MessageConsumer in = tx.createConsumer(source);
+            MessageProducer on = tx.createProducer(target);
+            out.put("forwarded_then_rolled_back", forward(tx, in, on));
+            tx.rollback();
+            MessageConsumer peek = plain.createConsumer(target);
+            out.put("target_after_rollback", receive(peek, 1, QUIET_MS).size());
+            peek.close();
+            out.put("forwarded_then_committed", forward(tx, in, on));
+            tx.commit();
+            in.close();
+            List<Message> moved = receive(plain.createConsumer(target), count, WAIT_MS);
+            out.put("target_after_commit", moved.size());
+            out.put("in_order", inOrder(moved));
+            out.put("source_after_commit", receive(plain.createConsumer(source), 1, QUIET_MS).size());
+        }
+    }
+
+    int forward(Session tx, MessageConsumer in, MessageProducer on) throws Exception {
+        List<Message> got = receive(in, count, WAIT_MS);
+        for (Message m : got) {
+            on.send(tx.createTextMessage(((TextMessage) m).getText()), DeliveryMode.PERSISTENT,
+                    Message.DEFAULT_PRIORITY, Message.DEFAULT_TIME_TO_LIVE);
+        }
+        return got.size();
     }
 
     void selector(Map<String, Object> out) throws Exception {

@@ -28,7 +28,7 @@ ENSURE = REPO / "tools" / "ensure-amqp1-clients"
 CLASSPATH = DIR / "classpath.txt"
 
 RHEA_SCENARIOS = ("send-receive", "selector", "browse", "reply-to", "durable-subscription")
-JMS_SCENARIOS = ("send-receive", "transacted", "selector", "browse", "reply-to", "durable-subscription")
+JMS_SCENARIOS = ("send-receive", "transacted", "transacted-forward", "selector", "browse", "reply-to", "durable-subscription")
 
 
 class DriverUnavailable(RuntimeError):

@@ -55,3 +55,29 @@ def test_qpid_jms_sends_persistent_messages_and_receives_them_in_order(
     result = _ok(run_jms(java, broker.amqp_port, "send-receive", durable_queue(broker, "jms"), "--count", str(COUNT),
                          "--durable"))
     assert (result["sent"], result["received"], result["in_order"], result["persistent"]) == (COUNT, COUNT, True, True)
+
+
+# -- AMQP 1.0 transactions (docs/amqp-1-0-transactions.md) ---------------------------------------
+
+@pytest.mark.skipif(not jms_fetched(), reason="Qpid JMS is not fetched (tools/ensure-amqp1-clients)")
+def test_qpid_jms_transacted_session_commits_and_rolls_back_sends_and_receives(
+        broker: DeltaMQProcess, tmp_path: Path) -> None:
+    java = compile_jms(tmp_path)
+    result = _ok(run_jms(java, broker.amqp_port, "transacted", durable_queue(broker, "jms-tx"),
+                         "--count", str(COUNT)))
+    assert result["after_rolled_back_send"] == 0                  # send + rollback: nothing arrives
+    assert result["received_then_rolled_back"] == COUNT           # send + commit: all arrive
+    assert result["redelivered"] == COUNT and result["all_flagged_redelivered"] is True   # receive + rollback
+    assert result["left_after_commit"] == 0                       # receive + commit: gone
+
+
+@pytest.mark.skipif(not jms_fetched(), reason="Qpid JMS is not fetched (tools/ensure-amqp1-clients)")
+def test_qpid_jms_forwards_messages_between_queues_in_one_transaction(
+        broker: DeltaMQProcess, tmp_path: Path) -> None:
+    java = compile_jms(tmp_path)
+    source, target = durable_queue(broker, "jms-from"), durable_queue(broker, "jms-to")
+    result = _ok(run_jms(java, broker.amqp_port, "transacted-forward", source, "--forward-to", target,
+                         "--count", str(COUNT)))
+    assert (result["sent"], result["forwarded_then_rolled_back"], result["target_after_rollback"]) == (COUNT, COUNT, 0)
+    assert (result["forwarded_then_committed"], result["target_after_commit"]) == (COUNT, COUNT)
+    assert (result["in_order"], result["source_after_commit"]) == (True, 0)

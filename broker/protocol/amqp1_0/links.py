@@ -38,7 +38,7 @@ from broker.messaging.transaction import AutoCommitTransaction
 from .addresses import Destination, resolve_source, resolve_target
 from .conditions import AmqpErrorCondition, LinkErrorCondition, ProtocolFault, Scope, error_of
 from .definitions import (Accepted, Attach, Coordinator, Detach, Disposition, Error, Flow, Modified, Rejected,
-                          Released, Source, Target, Transfer)
+                          Released, Source, Target, TransactionalState, Transfer)
 from .framing import transfer_frames
 from .sections import MessageSections
 from .values import Described, Symbol
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from broker.messaging.queue_entry import QueueEntry
 
     from .session import Session
+    from .transactions import Transaction10
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +178,7 @@ class LinkEndpoint10:
             self.answer_attach(None)
         self.close_with(error)
 
-    def answer_attach(self, node: Source | Target | None, **fields: Any) -> None:
+    def answer_attach(self, node: Source | Target | Coordinator | None, **fields: Any) -> None:
         attach = self.peer_attach
         self.attached = True
         our_role = self.role is LinkRole.RECEIVING     # role true: the receiver
@@ -257,17 +258,14 @@ class ReceivingLink(LinkEndpoint10):
         self.max_message_size = self.connection.host.max_message_size
         self._delivery_id: int | None = None        # the delivery being assembled
         self._settled = False
+        self._state: Any = None                     # the delivery's state (transactional-state: in a txn)
         self._parts: list[bytes] = []
         self._size = 0
         self._aborting = False
         self.tx = AutoCommitTransaction()
 
     def requested_terminus(self) -> Terminus | None:
-        target = self.peer_attach.target
-        if isinstance(target, Coordinator):
-            raise ProtocolFault(AmqpErrorCondition.NOT_IMPLEMENTED, "transactions are not supported yet",
-                                Scope.LINK, self.handle)
-        return _terminus(target)
+        return _terminus(self.peer_attach.target)
 
     def established(self, attachment: Attachment) -> None:
         terminus = attachment.link.terminus
@@ -306,6 +304,7 @@ class ReceivingLink(LinkEndpoint10):
             self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
             self._delivery_id = transfer.delivery_id
             self._settled = bool(transfer.settled)
+            self._state = None
             self._parts, self._size = [], 0
         elif transfer.delivery_id is not None and transfer.delivery_id != self._delivery_id:
             raise ProtocolFault(AmqpErrorCondition.INVALID_FIELD,
@@ -313,6 +312,8 @@ class ReceivingLink(LinkEndpoint10):
                                 " was complete", Scope.LINK, self.handle)
         if transfer.settled:
             self._settled = True
+        if transfer.state is not None:
+            self._state = transfer.state
         if transfer.aborted:
             self._delivery_id = None                  # spec 2.6.14: an aborted delivery is dropped
             self._parts, self._size = [], 0
@@ -327,7 +328,7 @@ class ReceivingLink(LinkEndpoint10):
             return
         delivery_id, settled = self._delivery_id, self._settled
         parts, self._parts, self._delivery_id = self._parts, [], None
-        self._publish(delivery_id, settled, parts[0] if len(parts) == 1 else b"".join(parts))
+        self._publish(delivery_id, settled, parts[0] if len(parts) == 1 else b"".join(parts), self._state)
         self._renew_credit()
 
     def _renew_credit(self) -> None:
@@ -338,8 +339,9 @@ class ReceivingLink(LinkEndpoint10):
     def unblocked(self) -> None:
         self._renew_credit()
 
-    def _publish(self, delivery_id: int, settled: bool, payload: bytes) -> None:
+    def _publish(self, delivery_id: int, settled: bool, payload: bytes, state: Any = None) -> None:
         ns = self.namespace
+        txn = self.session.transactions.of(state, self) if state is not None else None
         self.connection.messages_received += 1
         try:
             exchange, routing_key = self._route_of(payload)
@@ -347,22 +349,25 @@ class ReceivingLink(LinkEndpoint10):
                                             arrival=ns.clock())
             queues = ns.route(exchange, message)
         except errors.BrokerError as exc:
-            self._settle(delivery_id, settled, Rejected(error=error_of(exc)))
+            self._settle(delivery_id, settled, Rejected(error=error_of(exc)), txn)
             return
         except ValueError as exc:                     # the sections are malformed
             self._settle(delivery_id, settled, Rejected(error=Error(
-                condition=AmqpErrorCondition.DECODE_ERROR, description=str(exc)[:1000])))
+                condition=AmqpErrorCondition.DECODE_ERROR, description=str(exc)[:1000])), txn)
             return
         if not queues:
             self._settle(delivery_id, settled, Rejected(error=Error(
                 condition=AmqpErrorCondition.NOT_FOUND,
                 description=f"no queue is bound to receive the message (exchange '{exchange}',"
-                            f" routing key '{routing_key}')")))
+                            f" routing key '{routing_key}')")), txn)
             return
-        if not self.tx.enqueue(message, queues):
+        if not (self.tx if txn is None else txn.work).enqueue(message, queues):
             self._settle(delivery_id, settled, Rejected(error=Error(
                 condition=AmqpErrorCondition.RESOURCE_LIMIT_EXCEEDED,
                 description="a queue refused the message (it is full)")))
+            return
+        if txn is not None:                           # enqueued on commit; accepted in the txn now
+            self._settle(delivery_id, settled, Accepted(), txn)
             return
         if settled:
             return
@@ -387,7 +392,9 @@ class ReceivingLink(LinkEndpoint10):
             return resolved.exchange, subject or ""
         return resolved.exchange, resolved.routing_key
 
-    def _settle(self, delivery_id: int, settled: bool, state: Any) -> None:
+    def _settle(self, delivery_id: int, settled: bool, state: Any, txn: Transaction10 | None = None) -> None:
+        if txn is not None:
+            state = txn.posted(state, settled)
         if settled or self.detached or self.session.ended or not self.connection.is_open:
             return
         self.session.send(Disposition(role=True, first=delivery_id, settled=True, state=state))
@@ -505,6 +512,9 @@ class SendingLink(LinkEndpoint10):
 
     # -- settlement -------------------------------------------------------------------------------
     def outcome(self, delivery_id: int, entry: QueueEntry, state: Any, settled: bool) -> None:
+        if type(state) is TransactionalState:        # applied when its transaction commits
+            self.session.transactions.retire(self, delivery_id, entry, state, settled)
+            return
         queue = entry.queue
         if state is None or isinstance(state, Accepted):
             if settled or state is not None:

@@ -18,7 +18,9 @@ from broker import errors
 
 from .composite import Performative
 from .conditions import AmqpErrorCondition, ProtocolFault, Scope, SessionErrorCondition, error_of
-from .definitions import Accepted, Attach, Begin, Detach, Disposition, End, Error, Flow, Rejected, Transfer
+from .definitions import (Accepted, Attach, Begin, Coordinator, Detach, Disposition, End, Error, Flow, Rejected,
+                          Transfer)
+from .transactions import SessionTransactions
 from .values import Symbol
 
 if TYPE_CHECKING:
@@ -59,6 +61,7 @@ class Session:
         self._accepted: list[int] = []
         self._durable_waits: dict[Durability, list[tuple[LinkEndpoint10, int]]] = {}
         self.ended = False
+        self.transactions = SessionTransactions(self)          # the live transactions declared here
         model = connection.model
         self.model: Any = model.register_session(channel) if model is not None else None
 
@@ -124,7 +127,11 @@ class Session:
         if handle in self.links:
             raise ProtocolFault(SessionErrorCondition.HANDLE_IN_USE, f"handle {handle} is in use", Scope.SESSION)
         # the peer's role: a sender attaches to the broker's receiving end, and the reverse
-        link = SendingLink(self, attach) if attach.role else ReceivingLink(self, attach)
+        if not attach.role and isinstance(attach.target, Coordinator):
+            from .coordinator import CoordinatorLink     # a transaction controller (spec 4.2)
+            link: LinkEndpoint10 = CoordinatorLink(self, attach)
+        else:
+            link = SendingLink(self, attach) if attach.role else ReceivingLink(self, attach)
         self.links[handle] = link
         link.attach()
 
@@ -275,6 +282,7 @@ class Session:
         for link in list(self.links.values()):
             link.release()
         self.links.clear()
+        self.transactions.rollback_all()
         self._accepted.clear()
         self._durable_waits.clear()
         if self.namespace is not None:
