@@ -70,13 +70,14 @@ class TransactedClient(MessagingHandler, TransactionHandler):  # type: ignore[mi
         kind, count, _outcome = self.steps[self.index]
         if kind == "send":
             for i in range(count):
-                self.txn.send(self.sender, Message(body=f"{self.index}-{i}", durable=True))
+                # a data section (inferred): 0-9-1 reads the bytes as its body
+                self.txn.send(self.sender, Message(body=f"{self.index}-{i}".encode(), inferred=True, durable=True))
             self._discharge()
         else:
             self.receiver.flow(count)
 
     def on_message(self, event: Any) -> None:
-        self.received.append(event.message.body)
+        self.received.append(bytes(event.message.body).decode())
         self.txn.accept(event.delivery)
         self.taken += 1
         if self.taken == self.steps[self.index][1]:
