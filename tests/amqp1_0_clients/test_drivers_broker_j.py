@@ -107,6 +107,14 @@ def test_jms_transacted_session(broker: BrokerJ, jms: list[str]) -> None:
     assert r["left_after_commit"] == 0
 
 
+def test_jms_transacted_forward(broker: BrokerJ, jms: list[str]) -> None:
+    r = _ok(run_jms(jms, broker.port, "transacted-forward", _name("jms"), "--forward-to", _name("jms"),
+                    "--count", str(COUNT)))
+    assert (r["forwarded_then_rolled_back"], r["target_after_rollback"]) == (COUNT, 0)
+    assert (r["forwarded_then_committed"], r["target_after_commit"], r["in_order"]) == (COUNT, COUNT, True)
+    assert r["source_after_commit"] == 0
+
+
 def test_jms_selector(broker: BrokerJ, jms: list[str]) -> None:
     r = _ok(run_jms(jms, broker.port, "selector", _name("jms"), "--count", str(COUNT)))
     assert (r["selected"], r["selected_colors"]) == (r["expected_red"], ["red"])
