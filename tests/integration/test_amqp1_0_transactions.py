@@ -22,7 +22,7 @@ from .conftest import DeltaMQProcess
 proton = pytest.importorskip("proton")
 from proton import Message  # noqa: E402
 from proton.handlers import MessagingHandler, TransactionHandler  # noqa: E402
-from proton.reactor import Container  # noqa: E402
+from proton.reactor import AtMostOnce, Container  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -41,10 +41,13 @@ class TransactedClient(MessagingHandler, TransactionHandler):  # type: ignore[mi
     Sent bodies are ``"<step>-<i>"``.
     """
 
-    def __init__(self, url: str, address: str, steps: list[Step]) -> None:
+    def __init__(self, url: str, address: str, steps: list[Step], *, send_to: str | None = None,
+                 sender_options: Any = None) -> None:
         super().__init__(prefetch=0, auto_accept=False)
         self.url, self.address, self.steps = url, address, list(steps)
+        self.send_to, self.sender_options = send_to or address, sender_options
         self.outcomes: list[str] = []
+        self.conditions: list[str] = []
         self.received: list[str] = []
         self.index = -1
         self.txn: Any = None
@@ -53,7 +56,7 @@ class TransactedClient(MessagingHandler, TransactionHandler):  # type: ignore[mi
     def on_start(self, event: Any) -> None:
         self.container = event.container
         self.conn = event.container.connect(self.url)
-        self.sender = event.container.create_sender(self.conn, self.address)
+        self.sender = event.container.create_sender(self.conn, self.send_to, options=self.sender_options)
         self.receiver = event.container.create_receiver(self.conn, self.address)
         self._next()
 
@@ -99,6 +102,7 @@ class TransactedClient(MessagingHandler, TransactionHandler):  # type: ignore[mi
 
     def on_transaction_commit_failed(self, event: Any) -> None:
         self.outcomes.append("commit failed")
+        self.conditions.append(event.delivery.remote.condition.name)
         self._next()
 
     def on_transaction_declare_failed(self, event: Any) -> None:
@@ -106,8 +110,8 @@ class TransactedClient(MessagingHandler, TransactionHandler):  # type: ignore[mi
         self.conn.close()
 
 
-def run(port: int, address: str, steps: list[Step]) -> TransactedClient:
-    client = TransactedClient(f"amqp://guest:guest@127.0.0.1:{port}", address, steps)
+def run(port: int, address: str, steps: list[Step], **options: Any) -> TransactedClient:
+    client = TransactedClient(f"amqp://guest:guest@127.0.0.1:{port}", address, steps, **options)
     Container(client).run()
     return client
 
@@ -146,6 +150,15 @@ def test_an_aborted_receive_then_a_plain_consumer_gets_the_messages(broker: Any,
     client = run(broker.port, queue, [("send", 2, "commit"), ("receive", 2, "abort")])
     assert client.outcomes == ["committed", "aborted"]
     assert browse(broker.port, queue) == [b"0-0", b"0-1"]
+
+
+def test_a_commit_is_refused_when_a_settled_send_in_it_was_rejected(broker: Any, queue: str) -> None:
+    # sent settled (at most once), an unroutable message's rejection cannot reach the sender:
+    # the transaction can only roll back, and the commit says so
+    client = run(broker.port, queue, [("send", 2, "commit"), ("send", 1, "commit")],
+                 send_to="/exchanges/amq.direct/nobody-binds-this", sender_options=AtMostOnce())
+    assert client.outcomes == ["commit failed", "commit failed"]
+    assert client.conditions == ["amqp:transaction:rollback"] * 2
 
 
 def test_committed_transactions_survive_sigkill_and_rolled_back_ones_never_appear() -> None:
