@@ -282,7 +282,6 @@ class Session:
         for link in list(self.links.values()):
             link.release()
         self.links.clear()
-        self.transactions.rollback_all()
         self._accepted.clear()
         self._durable_waits.clear()
         if self.namespace is not None:

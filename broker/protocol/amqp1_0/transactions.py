@@ -241,17 +241,12 @@ class SessionTransactions:
             txn.commit(self.session, answer)
 
     def rollback_declared_by(self, coordinator: LinkEndpoint10) -> None:
-        """The coordinator link is gone: roll back what it declared and did not discharge."""
+        """The coordinator link is gone (detached, or released as its session ended or its
+        connection was lost): roll back what it declared and did not discharge."""
         for txn_id, txn in list(self.live.items()):
             if txn.coordinator is coordinator:
                 del self.live[txn_id]
                 txn.rollback()
-
-    def rollback_all(self) -> None:
-        """The session ends (or its connection is lost): every live transaction rolls back."""
-        live, self.live = self.live, {}
-        for txn in live.values():
-            txn.rollback()
 
 
 def _unknown(txn_id: Any, link: LinkEndpoint10) -> ProtocolFault:
