@@ -21,13 +21,13 @@ ENV JAVA_HOME=/opt/java \
 
 WORKDIR /opt/deltamq
 # the project from this clone (pip install .), with the notebooks' extra (matplotlib,
-# ipykernel, JupyterLab) and pyspark's Spark Connect client (the notebooks use
-# SPARK_REMOTE)
+# ipykernel, JupyterLab); pyspark's Spark Connect client (the notebooks use
+# SPARK_REMOTE) is among the project's pinned dependencies
 COPY pyproject.toml README.md ./
 COPY broker broker
 COPY lakehouse lakehouse
 COPY mgmt mgmt
-RUN pip install ".[notebooks]" "pyspark[connect]" && rm -rf build *.egg-info
+RUN pip install ".[notebooks]" && rm -rf build *.egg-info
 COPY conf conf
 COPY docker docker
 COPY notebooks notebooks
