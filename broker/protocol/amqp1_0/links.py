@@ -24,7 +24,9 @@ does the broker answer the peer's ``attach``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 import struct
 from typing import TYPE_CHECKING, Any
 
@@ -43,9 +45,15 @@ from .framing import transfer_frames
 from .sections import MessageSections
 from .values import Described, Symbol
 
+from .encoding import encode
 from .message_format import message_from_transfer, transfer_payload
+from .resume import known_resumed, peer_unsettled, reconcile_receiving, reconcile_sending, unsettled_field
+from .settlement import NULL_STATE, SND_SETTLED, negotiated_modes, receiver_settles_second, state_bytes
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from broker.messaging.journal import Durability
     from broker.messaging.queue import Queue
     from broker.messaging.queue_entry import QueueEntry
 
@@ -57,6 +65,8 @@ log = logging.getLogger(__name__)
 LINK_CREDIT = 256
 SELECTOR_DESCRIPTORS = ("apache.org:selector-filter:string", 0x0000468C00000004)
 _TAG = struct.Struct(">Q")
+#: bytes of a frame outside the attach: the frame header and room for incomplete-unsettled
+_ATTACH_FRAME_SLACK = 16
 
 
 # -- termini: the attach's source/target <-> the registry's Terminus ----------------------------
@@ -124,6 +134,11 @@ class LinkEndpoint10:
         self.link: Link | None = None
         self.detached = False                  # we sent our detach (the peer's may follow)
         self.attached = False                  # we answered the attach
+        #: the settlement modes of our answer (:mod:`.settlement`: the peer's, once valid)
+        self.snd_settle_mode: int = attach.snd_settle_mode
+        self.rcv_settle_mode = 0
+        #: our attach answered with a cut unsettled map (``incomplete-unsettled``)
+        self.incomplete_sent = False
 
     @property
     def connection_name(self) -> str:
@@ -136,6 +151,7 @@ class LinkEndpoint10:
     # -- attach ------------------------------------------------------------------------------
     def attach(self) -> None:
         try:
+            self.snd_settle_mode, self.rcv_settle_mode = negotiated_modes(self.peer_attach, self.handle)
             requested = self.requested_terminus()
             self.namespace.links.attach(self, self.key, requested)
         except ProtocolFault as fault:
@@ -177,7 +193,10 @@ class LinkEndpoint10:
             self.answer_attach(None)
         self.close_with(error)
 
-    def answer_attach(self, node: Source | Target | None, **fields: Any) -> None:
+    def answer_attach(self, node: Source | Target | None, unsettled: Mapping[bytes, bytes] | None = None,
+                      **fields: Any) -> None:
+        """Answer the peer's attach with our terminus ``node``, the settlement modes and our
+        ``unsettled`` map (tag -> stored state), cut to what fits one frame (2.6.13)."""
         attach = self.peer_attach
         self.attached = True
         our_role = self.role is LinkRole.RECEIVING     # role true: the receiver
@@ -185,9 +204,13 @@ class LinkEndpoint10:
             source, target = attach.source, node
         else:
             source, target = node, attach.target
-        self.session.send(Attach(name=attach.name, handle=self.handle, role=our_role,
-                                 snd_settle_mode=attach.snd_settle_mode, rcv_settle_mode=0,
-                                 source=source, target=target, **fields))
+        answer = Attach(name=attach.name, handle=self.handle, role=our_role, snd_settle_mode=self.snd_settle_mode,
+                        rcv_settle_mode=self.rcv_settle_mode, source=source, target=target, **fields)
+        if unsettled:
+            budget = self.connection.max_frame_size - _ATTACH_FRAME_SLACK - len(encode(answer))
+            field, self.incomplete_sent = unsettled_field(unsettled, budget)
+            answer = dataclasses.replace(answer, unsettled=field, incomplete_unsettled=self.incomplete_sent)
+        self.session.send(answer)
 
     # -- detach ------------------------------------------------------------------------------
     def send_detach(self, error: Error | None, closed: bool = True) -> None:
@@ -260,6 +283,11 @@ class ReceivingLink(LinkEndpoint10):
         self._parts: list[bytes] = []
         self._size = 0
         self._aborting = False
+        self._tag = b""                              # of the delivery being assembled
+        self._resume = False
+        self._second = False                         # it is settled only after the peer settles
+        #: deliveries answered unsettled (mode second), by delivery id: their tags
+        self.awaiting_settle: dict[int, bytes] = {}
         self.tx = AutoCommitTransaction()
 
     def requested_terminus(self) -> Terminus | None:
@@ -270,10 +298,14 @@ class ReceivingLink(LinkEndpoint10):
         return _terminus(target)
 
     def established(self, attachment: Attachment) -> None:
-        terminus = attachment.link.terminus
+        link = attachment.link
+        terminus = link.terminus
         if terminus.address is not None:
             self.destination = resolve_target(self.namespace, terminus.address)
-        self.answer_attach(self.peer_attach.target or target_of(terminus),
+        peer = self.peer_attach
+        reconcile_receiving(self.namespace.links, link, peer_unsettled(peer.unsettled),
+                            bool(peer.incomplete_unsettled))
+        self.answer_attach(peer.target or target_of(terminus), link.unsettled,
                            max_message_size=self.max_message_size)
         if not self.connection.blocked:
             self.credit = LINK_CREDIT
@@ -302,9 +334,16 @@ class ReceivingLink(LinkEndpoint10):
             if self.credit <= 0:
                 raise ProtocolFault(LinkErrorCondition.TRANSFER_LIMIT_EXCEEDED,
                                     "transfer without link credit", Scope.LINK, self.handle)
+            if self.incomplete_sent and not transfer.resume:
+                raise ProtocolFault(AmqpErrorCondition.ILLEGAL_STATE,
+                                    "a new delivery on a link whose unsettled map was incomplete"
+                                    " (only resumed deliveries may follow it)", Scope.LINK, self.handle)
+            self._second = receiver_settles_second(self.rcv_settle_mode, transfer.rcv_settle_mode, self.handle)
             self.credit -= 1
             self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
             self._delivery_id = transfer.delivery_id
+            self._tag = bytes(transfer.delivery_tag or b"")
+            self._resume = bool(transfer.resume)
             self._settled = bool(transfer.settled)
             self._parts, self._size = [], 0
         elif transfer.delivery_id is not None and transfer.delivery_id != self._delivery_id:
@@ -327,8 +366,26 @@ class ReceivingLink(LinkEndpoint10):
             return
         delivery_id, settled = self._delivery_id, self._settled
         parts, self._parts, self._delivery_id = self._parts, [], None
-        self._publish(delivery_id, settled, parts[0] if len(parts) == 1 else b"".join(parts))
+        if not (self._resume and self._resumed(delivery_id, settled)):
+            self._publish(delivery_id, settled, parts[0] if len(parts) == 1 else b"".join(parts))
         self._renew_credit()
+
+    def _resumed(self, delivery_id: int, settled: bool) -> bool:
+        """A delivery sent again (``resume``): if its tag is in our map it was routed before;
+        answer with the state we keep instead of routing it twice (2.6.13)."""
+        link, tag = self.link, self._tag
+        state = known_resumed(link, tag) if link is not None else None
+        if state is None or link is None:
+            return False
+        if settled:
+            self.namespace.links.settled(link, tag)
+            return True
+        self.session.send(Disposition(role=True, first=delivery_id, settled=not self._second, state=state))
+        if self._second:
+            self.awaiting_settle[delivery_id] = tag
+        else:
+            self.namespace.links.settled(link, tag)
+        return True
 
     def _renew_credit(self) -> None:
         if self.credit <= LINK_CREDIT // 2 and not self.connection.blocked and not self.detached:
@@ -367,8 +424,29 @@ class ReceivingLink(LinkEndpoint10):
         if settled:
             return
         journal = getattr(ns, "journal", None)
-        self.session.accept(self, delivery_id, journal.pending if message.journal_id and journal is not None
-                            else None)
+        after = journal.pending if message.journal_id and journal is not None else None
+        if self._second:
+            self._accept_second(delivery_id, after)
+        else:
+            self.session.accept(self, delivery_id, after)
+
+    def _accept_second(self, delivery_id: int, after: Durability | None) -> None:
+        """Mode second: answer ``accepted`` unsettled (once ``after`` is durable), keeping the
+        tag in the unsettled map until the peer settles."""
+        tag = self._tag
+
+        def outcome() -> None:
+            error = after.error if after is not None else None
+            if error is None:
+                self._settle(delivery_id, False, Accepted(), tag=tag)
+            else:
+                self._settle(delivery_id, False, Rejected(error=Error(
+                    condition=AmqpErrorCondition.INTERNAL_ERROR,
+                    description=f"the message could not be stored: {error}"[:1000])), tag=tag)
+        if after is None:
+            outcome()
+        else:
+            after.when_durable(outcome)
 
     def _route_of(self, payload: bytes) -> tuple[str, str]:
         destination = self.destination
@@ -387,13 +465,29 @@ class ReceivingLink(LinkEndpoint10):
             return resolved.exchange, subject or ""
         return resolved.exchange, resolved.routing_key
 
-    def _settle(self, delivery_id: int, settled: bool, state: Any) -> None:
+    def _settle(self, delivery_id: int, settled: bool, state: Any, tag: bytes | None = None) -> None:
+        """Send our outcome of a delivery: settled, or in mode second unsettled, its tag and
+        outcome kept in the link's unsettled map until the peer settles."""
         if settled or self.detached or self.session.ended or not self.connection.is_open:
             return
-        self.session.send(Disposition(role=True, first=delivery_id, settled=True, state=state))
+        second = self._second if tag is None else True
+        if second and self.link is not None:
+            tag = self._tag if tag is None else tag
+            self.namespace.links.record_unsettled(self.link, tag, state_bytes(state))
+            self.awaiting_settle[delivery_id] = tag
+        self.session.send(Disposition(role=True, first=delivery_id, settled=not second, state=state))
+
+    def peer_settled(self, first: int, last: int) -> None:
+        span = (last - first) & 0xFFFFFFFF
+        mine = [i for i in self.awaiting_settle if (i - first) & 0xFFFFFFFF <= span]
+        for delivery_id in mine:
+            tag = self.awaiting_settle.pop(delivery_id)
+            if self.link is not None:
+                self.namespace.links.settled(self.link, tag)
 
     def release(self) -> None:
         self._parts, self._delivery_id = [], None
+        self.awaiting_settle.clear()           # the tags stay in the link's map, for its resume
 
 
 # -- the client receives --------------------------------------------------------------------------
@@ -407,7 +501,11 @@ class SendingLink(LinkEndpoint10):
         self.credit = 0
         self.delivery_count = 0
         self.drain = False
-        self.no_ack = attach.snd_settle_mode == 1       # settled: at most once
+        self.no_ack = attach.snd_settle_mode == SND_SETTLED     # settled: at most once
+        #: delivery tags: unique to this endpoint (a resumed link's map may hold older ones)
+        self._tag_prefix = os.urandom(4)
+        #: tags of the deliveries sent unsettled, by delivery id
+        self.tags: dict[int, bytes] = {}
         self.tag = self.name
         self.priority = 0
         self.selector: Any = None
@@ -445,7 +543,12 @@ class SendingLink(LinkEndpoint10):
 
     def _consume(self, queue: Queue, terminus: Terminus) -> None:
         self.queue = queue
-        self.answer_attach(self.peer_attach.source or source_of(terminus), initial_delivery_count=0)
+        link = self.link
+        if link is not None and (link.unsettled or link.held):
+            for touched in reconcile_sending(self.namespace.links, link, peer_unsettled(self.peer_attach.unsettled)):
+                self.connection.schedule_dispatch(touched)
+        self.answer_attach(self.peer_attach.source or source_of(terminus), link.unsettled if link else None,
+                           initial_delivery_count=0)
         queue.add_consumer(self)
         self.cancelled = False
         smodel = self.session.model
@@ -462,13 +565,17 @@ class SendingLink(LinkEndpoint10):
         delivery_id = session.take_delivery_id()
         payload = transfer_payload(entry.message, delivery_count=entry.delivery_count,
                                    first_acquirer=entry.delivery_count == 0)
-        transfer = Transfer(handle=self.handle, delivery_id=delivery_id, delivery_tag=_TAG.pack(delivery_id),
+        tag = self._tag_prefix + _TAG.pack(delivery_id)
+        transfer = Transfer(handle=self.handle, delivery_id=delivery_id, delivery_tag=tag,
                             message_format=0, settled=self.no_ack)
         frames = transfer_frames(session.channel, transfer, payload, self.connection.max_frame_size)
         self.credit -= 1
         self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
         if not self.no_ack:
             session.unsettled[delivery_id] = (self, entry)
+            self.tags[delivery_id] = tag
+            if self.link is not None:
+                self.namespace.links.record_unsettled(self.link, tag, NULL_STATE)
         self.connection.messages_sent += 1
         session.send_transfer_frames(frames)
 
@@ -515,9 +622,12 @@ class SendingLink(LinkEndpoint10):
             queue.release(entry)
         else:
             return                                   # received: not an outcome
-        if not settled:
+        if not settled:                              # (a receiver in mode second settles after us)
             self.session.unsettled.pop(delivery_id, None)
             self.session.send(Disposition(role=False, first=delivery_id, settled=True, state=state))
+        tag = self.tags.pop(delivery_id, None)
+        if tag is not None and self.link is not None:
+            self.namespace.links.settled(self.link, tag)
         self.connection.schedule_dispatch(queue)
 
     def release(self) -> None:
@@ -531,9 +641,21 @@ class SendingLink(LinkEndpoint10):
         unsettled = self.session.unsettled
         mine = [i for i, (link, _entry) in unsettled.items() if link is self]
         queues = set()
+        # durability unsettled-state: the link keeps its unsettled deliveries for its resume
+        link = self.link
+        links = self.namespace.links
+        keep = link is not None and link.terminus.keeps_unsettled
         for delivery_id in mine:
             _link, entry = unsettled.pop(delivery_id)
+            tag = self.tags.pop(delivery_id, None)
+            if keep and tag is not None:
+                assert link is not None
+                links.hold(link, tag, entry)
+                continue
+            if link is not None and tag is not None:
+                links.settled(link, tag)
             entry.queue.release(entry)
             queues.add(entry.queue)
+        self.tags.clear()
         for queue in queues:
             self.connection.schedule_dispatch(queue)
