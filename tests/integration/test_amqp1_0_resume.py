@@ -100,7 +100,15 @@ def _restart(proc: DeltaMQProcess, how: int) -> None:
     assert proc.proc is not None
     os.killpg(proc.proc.pid, how)
     proc.proc.wait(timeout=60)
-    proc.start()
+    proc.start()                                   # returns once AMQP is accepted; then REST
+
+    def answering() -> bool:
+        try:
+            _link(proc, "", "")
+        except httpx.TransportError:
+            return False
+        return True
+    wait_until(answering, 60, what="the management API after the restart")
 
 
 def test_a_sender_in_mode_second_settles_after_the_broker(proc: DeltaMQProcess) -> None:
