@@ -47,13 +47,12 @@ from .values import Described, Symbol
 
 from .encoding import encode
 from .message_format import message_from_transfer, transfer_payload
-from .resume import known_resumed, peer_unsettled, reconcile_receiving, reconcile_sending, unsettled_field
-from .settlement import NULL_STATE, SND_SETTLED, negotiated_modes, receiver_settles_second, state_bytes
+from .receipts import Receipts
+from .resume import peer_unsettled, reconcile_receiving, reconcile_sending, unsettled_field
+from .settlement import NULL_STATE, SND_SETTLED, negotiated_modes, receiver_settles_second
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-
-    from broker.messaging.journal import Durability
     from broker.messaging.queue import Queue
     from broker.messaging.queue_entry import QueueEntry
 
@@ -286,8 +285,7 @@ class ReceivingLink(LinkEndpoint10):
         self._tag = b""                              # of the delivery being assembled
         self._resume = False
         self._second = False                         # it is settled only after the peer settles
-        #: deliveries answered unsettled (mode second), by delivery id: their tags
-        self.awaiting_settle: dict[int, bytes] = {}
+        self.receipts = Receipts(self)               # answers beyond mode first
         self.tx = AutoCommitTransaction()
 
     def requested_terminus(self) -> Terminus | None:
@@ -366,26 +364,9 @@ class ReceivingLink(LinkEndpoint10):
             return
         delivery_id, settled = self._delivery_id, self._settled
         parts, self._parts, self._delivery_id = self._parts, [], None
-        if not (self._resume and self._resumed(delivery_id, settled)):
+        if not (self._resume and self.receipts.resumed(delivery_id, self._tag, settled, self._second)):
             self._publish(delivery_id, settled, parts[0] if len(parts) == 1 else b"".join(parts))
         self._renew_credit()
-
-    def _resumed(self, delivery_id: int, settled: bool) -> bool:
-        """A delivery sent again (``resume``): if its tag is in our map it was routed before;
-        answer with the state we keep instead of routing it twice (2.6.13)."""
-        link, tag = self.link, self._tag
-        state = known_resumed(link, tag) if link is not None else None
-        if state is None or link is None:
-            return False
-        if settled:
-            self.namespace.links.settled(link, tag)
-            return True
-        self.session.send(Disposition(role=True, first=delivery_id, settled=not self._second, state=state))
-        if self._second:
-            self.awaiting_settle[delivery_id] = tag
-        else:
-            self.namespace.links.settled(link, tag)
-        return True
 
     def _renew_credit(self) -> None:
         if self.credit <= LINK_CREDIT // 2 and not self.connection.blocked and not self.detached:
@@ -426,27 +407,9 @@ class ReceivingLink(LinkEndpoint10):
         journal = getattr(ns, "journal", None)
         after = journal.pending if message.journal_id and journal is not None else None
         if self._second:
-            self._accept_second(delivery_id, after)
+            self.receipts.accept(delivery_id, self._tag, after)
         else:
             self.session.accept(self, delivery_id, after)
-
-    def _accept_second(self, delivery_id: int, after: Durability | None) -> None:
-        """Mode second: answer ``accepted`` unsettled (once ``after`` is durable), keeping the
-        tag in the unsettled map until the peer settles."""
-        tag = self._tag
-
-        def outcome() -> None:
-            error = after.error if after is not None else None
-            if error is None:
-                self._settle(delivery_id, False, Accepted(), tag=tag)
-            else:
-                self._settle(delivery_id, False, Rejected(error=Error(
-                    condition=AmqpErrorCondition.INTERNAL_ERROR,
-                    description=f"the message could not be stored: {error}"[:1000])), tag=tag)
-        if after is None:
-            outcome()
-        else:
-            after.when_durable(outcome)
 
     def _route_of(self, payload: bytes) -> tuple[str, str]:
         destination = self.destination
@@ -465,29 +428,20 @@ class ReceivingLink(LinkEndpoint10):
             return resolved.exchange, subject or ""
         return resolved.exchange, resolved.routing_key
 
-    def _settle(self, delivery_id: int, settled: bool, state: Any, tag: bytes | None = None) -> None:
-        """Send our outcome of a delivery: settled, or in mode second unsettled, its tag and
-        outcome kept in the link's unsettled map until the peer settles."""
+    def _settle(self, delivery_id: int, settled: bool, state: Any) -> None:
         if settled or self.detached or self.session.ended or not self.connection.is_open:
             return
-        second = self._second if tag is None else True
-        if second and self.link is not None:
-            tag = self._tag if tag is None else tag
-            self.namespace.links.record_unsettled(self.link, tag, state_bytes(state))
-            self.awaiting_settle[delivery_id] = tag
-        self.session.send(Disposition(role=True, first=delivery_id, settled=not second, state=state))
+        if self._second:                        # exactly once: kept until the peer settles
+            self.receipts.answer(delivery_id, self._tag, state)
+            return
+        self.session.send(Disposition(role=True, first=delivery_id, settled=True, state=state))
 
     def peer_settled(self, first: int, last: int) -> None:
-        span = (last - first) & 0xFFFFFFFF
-        mine = [i for i in self.awaiting_settle if (i - first) & 0xFFFFFFFF <= span]
-        for delivery_id in mine:
-            tag = self.awaiting_settle.pop(delivery_id)
-            if self.link is not None:
-                self.namespace.links.settled(self.link, tag)
+        self.receipts.peer_settled(first, last)
 
     def release(self) -> None:
         self._parts, self._delivery_id = [], None
-        self.awaiting_settle.clear()           # the tags stay in the link's map, for its resume
+        self.receipts.clear()                   # the tags stay in the link's map, for its resume
 
 
 # -- the client receives --------------------------------------------------------------------------

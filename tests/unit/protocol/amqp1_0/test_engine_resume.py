@@ -266,3 +266,16 @@ def test_after_a_restart_the_stored_map_is_settled_and_the_journal_redelivers() 
     assert set(link.unsettled) == set(tags) and link.held == {}
     answer = _attach_receiver(_client(restarted), unsettled={tags[0]: None})
     assert answer.unsettled is None and _link(restarted, "in", LinkRole.SENDING).unsettled == {}
+
+
+def test_a_null_target_recovers_the_stored_terminus_with_its_map_after_a_restart() -> None:
+    store = MemoryTerminusStore()
+    _sent_unsettled(_host(store), 1)
+    restarted = _host(store)
+    again = _client(restarted)
+    again.send(Attach(name="out", handle=0, role=False, snd_settle_mode=0, rcv_settle_mode=SECOND,
+                      source=Source(address="client"), target=None, unsettled={_tag(0): None},
+                      initial_delivery_count=0))
+    answer = again.expect(Attach)
+    assert answer.target.address == "q" and answer.target.durable == UNSETTLED_STATE
+    assert answer.unsettled == {_tag(0): Accepted()}
