@@ -497,12 +497,15 @@ class SendingLink(LinkEndpoint10):
 
     def _consume(self, queue: Queue, terminus: Terminus) -> None:
         self.queue = queue
-        link = self.link
+        link, peer = self.link, self.peer_attach
         if link is not None and (link.unsettled or link.held):
-            for touched in reconcile_sending(self.namespace.links, link, peer_unsettled(self.peer_attach.unsettled)):
+            for touched in reconcile_sending(self.namespace.links, link, peer_unsettled(peer.unsettled),
+                                             bool(peer.incomplete_unsettled)):
                 self.connection.schedule_dispatch(touched)
-        self.answer_attach(self.peer_attach.source or source_of(terminus), link.unsettled if link else None,
+        self.answer_attach(peer.source or source_of(terminus), link.unsettled if link else None,
                            initial_delivery_count=0)
+        if peer.incomplete_unsettled:
+            return              # 2.6.13: no new deliveries to a peer whose unsettled map was incomplete
         queue.add_consumer(self)
         self.cancelled = False
         smodel = self.session.model

@@ -26,7 +26,10 @@ suspended):
   requeue) and forgets the tag, so the message is not delivered again;
 - any other tag: the broker requeues the message and forgets the tag
   (settles it as released); the message is delivered again, as a new
-  delivery, to this link or another consumer.
+  delivery, to this link or another consumer;
+- unless the peer's map is incomplete: then a tag it does not name stays
+  (its entry held), and the link sends no new deliveries (2.6.13) until it
+  is attached again with the rest of the peer's map.
 
 A peer's *incomplete* map (``incomplete-unsettled``) proves nothing by a
 tag's absence: as the receiver the broker then keeps its tags.  The broker's
@@ -95,12 +98,19 @@ def known_resumed(link: Link, tag: bytes) -> Any:
     return None if stored is None else (state_from(stored) or Accepted())
 
 
-def reconcile_sending(registry: LinkRegistry, link: Link, peer: Mapping[bytes, Any]) -> set[Any]:
-    """The broker sends: settle every delivery of its map -- with the peer's outcome where
-    it gave one, else by requeueing the message; the queues touched (to dispatch)."""
+def reconcile_sending(registry: LinkRegistry, link: Link, peer: Mapping[bytes, Any], incomplete: bool) -> set[Any]:
+    """The broker sends: settle the deliveries of its map -- with the peer's outcome where it
+    gave one, else by requeueing the message; the queues touched (to dispatch).  With an
+    ``incomplete`` peer map the tags it does not name stay, their entries still held."""
     held, link.held = link.held, {}
     queues: set[Any] = set()
-    for tag in list(link.unsettled):
+    kept: dict[bytes, bytes] = {}
+    for tag, stored in link.unsettled.items():
+        if incomplete and tag not in peer:
+            kept[tag] = stored
+            if tag in held:
+                link.held[tag] = held.pop(tag)
+            continue
         entry = held.pop(tag, None)
         if entry is not None:
             state = peer.get(tag)
@@ -109,8 +119,8 @@ def reconcile_sending(registry: LinkRegistry, link: Link, peer: Mapping[bytes, A
     for entry in held.values():         # held without a tag in the map: requeue as well
         entry.queue.release(entry)
         queues.add(entry.queue)
-    if link.unsettled:
-        registry.replace_unsettled(link, {})
+    if len(kept) != len(link.unsettled):
+        registry.replace_unsettled(link, kept)
     return queues
 
 

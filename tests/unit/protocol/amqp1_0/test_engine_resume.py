@@ -279,3 +279,26 @@ def test_a_null_target_recovers_the_stored_terminus_with_its_map_after_a_restart
     answer = again.expect(Attach)
     assert answer.target.address == "q" and answer.target.durable == UNSETTLED_STATE
     assert answer.unsettled == {_tag(0): Accepted()}
+
+
+def test_after_an_incomplete_peer_map_the_broker_keeps_the_rest_and_sends_nothing_new() -> None:
+    host = _host()
+    client, tags = _received_unsettled(host, 3)
+    _lost(client)
+    again = _client(host)
+    again.send(Attach(name="in", handle=1, role=True, snd_settle_mode=0, rcv_settle_mode=0,
+                      source=Source(address="q", durable=UNSETTLED_STATE, expiry_policy="never"),
+                      target=Target(address="client"), unsettled={tags[0]: Accepted()}, incomplete_unsettled=True))
+    answer = again.expect(Attach)
+    assert set(answer.unsettled) == {tags[1], tags[2]}           # absent from an incomplete map: kept
+    link = _link(host, "in", LinkRole.SENDING)
+    assert set(link.held) == {tags[1], tags[2]}
+    again.credit(1, 10)
+    assert _transfers(again) == []                              # no new deliveries
+    queue = host.namespace.queue("q")
+    assert queue.unacked_count == 2 and queue.message_count == 0
+    again.send(Detach(handle=1, closed=False))
+    again.take()
+    _attach_receiver(again, unsettled={tags[1]: None, tags[2]: None})   # the rest of its map
+    again.credit(1, 10)
+    assert len(_transfers(again)) == 2
