@@ -158,6 +158,33 @@ def test_a_durable_receiver_gets_its_unsettled_deliveries_back_after_a_reconnect
     assert _basic_get(proc, queue) is None
 
 
+def test_a_connection_stealing_a_durable_receiver_gets_its_unsettled_deliveries(proc: DeltaMQProcess) -> None:
+    from proton.utils import LinkDetached
+
+    queue, container_id = _queue(proc), f"steal-{uuid.uuid4().hex[:8]}"
+    publisher = _connect(proc, f"{container_id}-pub")
+    publisher.create_sender(queue).send(Message(body="m0", durable=True))
+    publisher.close()
+    victim_connection = _connect(proc, container_id)
+    thief_connection = _connect(proc, container_id)
+    try:
+        victim = victim_connection.create_receiver(queue, name="taken", credit=1, options=DurableSubscription())
+        assert victim.receive(timeout=20).body == "m0"            # not settled
+        thief = thief_connection.create_receiver(queue, name="taken", credit=1, options=DurableSubscription())
+        with pytest.raises(LinkDetached) as raised:
+            victim.receive(timeout=10)
+        assert "amqp:link:stolen" in str(raised.value)
+        message = thief.receive(timeout=20)
+        assert message.body == "m0" and message.delivery_count >= 1
+        thief.accept()
+        thief_connection.create_sender(queue).close()
+        assert _link(proc, container_id, "taken")["unsettledCount"] == 0  # type: ignore[index]
+    finally:
+        thief_connection.close()
+        victim_connection.close()
+    assert _basic_get(proc, queue) is None
+
+
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["stop", "kill"])
 def test_unsettled_maps_survive_a_broker_restart(proc: DeltaMQProcess, how: int) -> None:
     queue, container_id = _queue(proc), f"restart-{uuid.uuid4().hex[:8]}"

@@ -37,6 +37,8 @@ class Receipts:
         self.endpoint = endpoint
         #: deliveries answered unsettled, by delivery id: their tags
         self.awaiting_settle: dict[int, bytes] = {}
+        #: deliveries whose outcome waits for the journal, by delivery id: their tags
+        self.awaiting_outcome: dict[int, bytes] = {}
 
     def resumed(self, delivery_id: int, tag: bytes, settled: bool, second: bool) -> bool:
         """A delivery sent with ``resume``: True if its tag is known (answered from the map,
@@ -60,6 +62,8 @@ class Receipts:
         """Answer ``accepted`` unsettled once ``after`` (the journal group holding the message)
         is durable -- or ``rejected`` if it could not be stored."""
         def outcome() -> None:
+            if self.awaiting_outcome.pop(delivery_id, None) is None:
+                return                  # settled by the client meanwhile, or the link detached
             error = after.error if after is not None else None
             if error is None:
                 self.answer(delivery_id, tag, Accepted())
@@ -67,6 +71,7 @@ class Receipts:
                 self.answer(delivery_id, tag, Rejected(error=Error(
                     condition=AmqpErrorCondition.INTERNAL_ERROR,
                     description=f"the message could not be stored: {error}"[:1000])))
+        self.awaiting_outcome[delivery_id] = tag
         if after is None:
             outcome()
         else:
@@ -86,6 +91,8 @@ class Receipts:
         """The client settled deliveries ``first``..``last``: forget their tags."""
         span = (last - first) & _SERIAL
         link = self.endpoint.link
+        for delivery_id in [i for i in self.awaiting_outcome if (i - first) & _SERIAL <= span]:
+            del self.awaiting_outcome[delivery_id]       # settled before we answered: nothing to keep
         for delivery_id in [i for i in self.awaiting_settle if (i - first) & _SERIAL <= span]:
             tag = self.awaiting_settle.pop(delivery_id)
             if link is not None:
@@ -93,3 +100,4 @@ class Receipts:
 
     def clear(self) -> None:
         self.awaiting_settle.clear()
+        self.awaiting_outcome.clear()

@@ -188,3 +188,14 @@ def test_delivery_tags_of_the_sender_are_unique_to_the_link_endpoint() -> None:
     tags = [bytes(t.delivery_tag) for t in transfers]
     assert len(set(tags)) == 2 and all(len(tag) == 12 for tag in tags)
     assert set(_unsettled(client, "in", LinkRole.SENDING)) == set(tags)
+
+
+def test_a_delivery_the_sender_settles_before_the_journal_answers_leaves_nothing_behind() -> None:
+    journal = RecordingJournal()
+    client = _open(journal)
+    _attach_sender(client)
+    client.transfer(0, 0, message_payload(durable=True))
+    client.send(Disposition(role=False, first=0, settled=True))       # the sender gives up waiting
+    journal.complete()
+    client._read()
+    assert _dispositions(client) == [] and _unsettled(client) == {}
