@@ -16,6 +16,7 @@ The engine drives it, on the event loop (no locks, no threads)::
     links.attach(endpoint, LinkKey(container_id, name, LinkRole.SENDING), terminus)
         # -> endpoint.link_attached(Attachment(link, kind, ...)), now or once stolen
     links.record_unsettled(link, tag, state) / links.settled(link, tag)
+    links.hold(link, tag, entry)                    # a suspended link keeps a delivery for its resume
     links.detach(link, endpoint, closed=False)      # suspend; closed=True destroys
     links.session_ended(session) / links.connection_closed(connection)
 
@@ -47,6 +48,12 @@ removed with the link, and recovered when the virtual host opens.  A
 recovered link is suspended; unless its policy is ``never`` its timer starts
 then (the broker's stopping ended its session and connection).
 
+**Held deliveries**: a sending link whose terminus keeps its unsettled state
+keeps the queue entries it delivered unsettled acquired while it is suspended
+(:meth:`LinkRegistry.hold`); the engine settles them when the link is resumed
+(AMQP 1.0 part 2.6.13), and the registry requeues them when the link is
+removed (closed or expired).
+
 Subscriptions to an exchange get a queue of their own, named and kept as
 Broker-J does (:mod:`broker.messaging.link_subscriptions`).
 """
@@ -70,6 +77,7 @@ from broker.messaging.termini import LinkRole, StoredTermini, TerminusKey, Termi
 
 if TYPE_CHECKING:
     from broker.messaging.namespace import Namespace
+    from broker.messaging.queue_entry import QueueEntry
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +185,9 @@ class Link:
         self.pending: deque[_Pending] = deque()
         self.stealing_from: LinkEndpoint | None = None
         self.stored = False
+        #: queue entries (by delivery tag) a suspended sending link keeps acquired for its
+        #: resume (durability unsettled-state): released when the link is removed
+        self.held: dict[bytes, QueueEntry] = {}
 
     @property
     def state(self) -> str:
@@ -385,6 +396,20 @@ class LinkRegistry:
         if link.terminus.keeps_unsettled:
             self._save(link)
 
+    def hold(self, link: Link, tag: bytes, entry: QueueEntry) -> None:
+        """Keep ``entry`` (delivered as ``tag``, unsettled) acquired while ``link`` is
+        suspended, for its resume; released if the link is removed first."""
+        if self._links.get(link.key) is link:
+            link.held[tag] = entry
+        else:
+            entry.queue.release(entry)
+
+    def release_held(self, link: Link) -> None:
+        """Requeue what ``link`` held (each queue dispatches again)."""
+        held, link.held = link.held, {}
+        for entry in held.values():
+            entry.queue.release(entry)
+
     # -- subscriptions to an exchange -------------------------------------------------------------
 
     def subscribe(self, link: Link, exchange: str, binding_key: str,
@@ -453,6 +478,7 @@ class LinkRegistry:
         if link.stored or link.terminus.persistent:
             link.stored = False
             self.stored.remove(link.key.terminus_key)
+        self.release_held(link)
         queue = link.subscription_queue
         if queue is not None and not any(other.subscription_queue == queue for other in self._links.values()):
             self.subscriptions.unsubscribe(queue)

@@ -22,6 +22,11 @@
 //                         container id re-attaches the link and gets the N; then closes it.
 //                         The N carry the subject --subject (default "drivers"): an
 //                         exchange routes by it
+//   exactly-once          a sender in rcv-settle-mode second (its target durable with its
+//                         unsettled state, named --subscription) sends N; each outcome arrives
+//                         unsettled and the sender settles it; the link is detached without
+//                         closing; then a receiver in rcv-settle-mode second takes the N, its
+//                         outcomes sent unsettled and settled by the broker
 'use strict';
 
 const rhea = require('rhea');
@@ -175,6 +180,40 @@ const scenarios = {
     second.close();
     return { ...sent, received_after_reattach: got.length,
       in_order: got.every((m, i) => body(m) === `message ${i}`) };
+  },
+
+  async 'exactly-once'() {
+    const conn = await connect();
+    const target = { address: a.address, durable: 2, expiry_policy: 'never' };
+    const sender = await opened(conn.open_sender({ name: a.subscription, target, rcv_settle_mode: 1,
+      autosettle: false }), 'sender');
+    const messages = numbered(a.count);
+    let accepted = 0, settledByBrokerFirst = 0, i = 0;
+    await new Promise((resolve) => {
+      const pump = () => { while (i < messages.length && sender.sendable()) sender.send(messages[i++]); };
+      sender.on('sendable', pump);
+      sender.on('accepted', (ctx) => {
+        accepted++;
+        if (ctx.delivery.remote_settled) settledByBrokerFirst++;
+        ctx.delivery.update(true);                      // now the sender settles
+        if (accepted === messages.length) resolve();
+      });
+      pump();
+    });
+    const senderMode = sender.remote.attach.rcv_settle_mode;
+    await new Promise((resolve) => { sender.once('sender_close', resolve); sender.detach(); });
+    const receiver = await opened(conn.open_receiver({ source: { address: a.address }, rcv_settle_mode: 1,
+      credit_window: a.count, autoaccept: true }), 'receiver');
+    let received = 0, settledByBroker = 0;
+    await new Promise((resolve) => {
+      receiver.on('message', () => { received++; });
+      receiver.on('settled', () => { settledByBroker++; if (settledByBroker === a.count) resolve(); });
+    });
+    const receiverMode = receiver.remote.attach.rcv_settle_mode;
+    receiver.close();
+    conn.close();
+    return { sent: i, accepted, settled_by_broker_first: settledByBrokerFirst, sender_rcv_settle_mode: senderMode,
+      received, settled_by_broker: settledByBroker, receiver_rcv_settle_mode: receiverMode };
   },
 };
 

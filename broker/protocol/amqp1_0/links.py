@@ -24,7 +24,9 @@ does the broker answer the peer's ``attach``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 import struct
 from typing import TYPE_CHECKING, Any
 
@@ -43,9 +45,14 @@ from .framing import transfer_frames
 from .sections import MessageSections
 from .values import Described, Symbol
 
+from .encoding import encode
 from .message_format import message_from_transfer, transfer_payload
+from .receipts import Receipts
+from .resume import peer_unsettled, reconcile_receiving, reconcile_sending, unsettled_field
+from .settlement import NULL_STATE, SND_SETTLED, negotiated_modes, receiver_settles_second
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from broker.messaging.queue import Queue
     from broker.messaging.queue_entry import QueueEntry
 
@@ -58,6 +65,8 @@ log = logging.getLogger(__name__)
 LINK_CREDIT = 256
 SELECTOR_DESCRIPTORS = ("apache.org:selector-filter:string", 0x0000468C00000004)
 _TAG = struct.Struct(">Q")
+#: bytes of a frame outside the attach: the frame header and room for incomplete-unsettled
+_ATTACH_FRAME_SLACK = 16
 
 
 # -- termini: the attach's source/target <-> the registry's Terminus ----------------------------
@@ -125,6 +134,11 @@ class LinkEndpoint10:
         self.link: Link | None = None
         self.detached = False                  # we sent our detach (the peer's may follow)
         self.attached = False                  # we answered the attach
+        #: the settlement modes of our answer (:mod:`.settlement`: the peer's, once valid)
+        self.snd_settle_mode: int = attach.snd_settle_mode
+        self.rcv_settle_mode = 0
+        #: our attach answered with a cut unsettled map (``incomplete-unsettled``)
+        self.incomplete_sent = False
 
     @property
     def connection_name(self) -> str:
@@ -137,6 +151,7 @@ class LinkEndpoint10:
     # -- attach ------------------------------------------------------------------------------
     def attach(self) -> None:
         try:
+            self.snd_settle_mode, self.rcv_settle_mode = negotiated_modes(self.peer_attach, self.handle)
             requested = self.requested_terminus()
             self.namespace.links.attach(self, self.key, requested)
         except ProtocolFault as fault:
@@ -178,7 +193,10 @@ class LinkEndpoint10:
             self.answer_attach(None)
         self.close_with(error)
 
-    def answer_attach(self, node: Source | Target | Coordinator | None, **fields: Any) -> None:
+    def answer_attach(self, node: Source | Target | Coordinator | None,
+                      unsettled: Mapping[bytes, bytes] | None = None, **fields: Any) -> None:
+        """Answer the peer's attach with our terminus ``node``, the settlement modes and our
+        ``unsettled`` map (tag -> stored state), cut to what fits one frame (2.6.13)."""
         attach = self.peer_attach
         self.attached = True
         our_role = self.role is LinkRole.RECEIVING     # role true: the receiver
@@ -186,9 +204,13 @@ class LinkEndpoint10:
             source, target = attach.source, node
         else:
             source, target = node, attach.target
-        self.session.send(Attach(name=attach.name, handle=self.handle, role=our_role,
-                                 snd_settle_mode=attach.snd_settle_mode, rcv_settle_mode=0,
-                                 source=source, target=target, **fields))
+        answer = Attach(name=attach.name, handle=self.handle, role=our_role, snd_settle_mode=self.snd_settle_mode,
+                        rcv_settle_mode=self.rcv_settle_mode, source=source, target=target, **fields)
+        if unsettled:
+            budget = self.connection.max_frame_size - _ATTACH_FRAME_SLACK - len(encode(answer))
+            field, self.incomplete_sent = unsettled_field(unsettled, budget)
+            answer = dataclasses.replace(answer, unsettled=field, incomplete_unsettled=self.incomplete_sent)
+        self.session.send(answer)
 
     # -- detach ------------------------------------------------------------------------------
     def send_detach(self, error: Error | None, closed: bool = True) -> None:
@@ -262,16 +284,24 @@ class ReceivingLink(LinkEndpoint10):
         self._parts: list[bytes] = []
         self._size = 0
         self._aborting = False
+        self._tag = b""                              # of the delivery being assembled
+        self._resume = False
+        self._second = False                         # it is settled only after the peer settles
+        self.receipts = Receipts(self)               # answers beyond mode first
         self.tx = AutoCommitTransaction()
 
     def requested_terminus(self) -> Terminus | None:
         return _terminus(self.peer_attach.target)
 
     def established(self, attachment: Attachment) -> None:
-        terminus = attachment.link.terminus
+        link = attachment.link
+        terminus = link.terminus
         if terminus.address is not None:
             self.destination = resolve_target(self.namespace, terminus.address)
-        self.answer_attach(self.peer_attach.target or target_of(terminus),
+        peer = self.peer_attach
+        reconcile_receiving(self.namespace.links, link, peer_unsettled(peer.unsettled),
+                            bool(peer.incomplete_unsettled))
+        self.answer_attach(peer.target or target_of(terminus), link.unsettled,
                            max_message_size=self.max_message_size)
         if not self.connection.blocked:
             self.credit = LINK_CREDIT
@@ -300,9 +330,16 @@ class ReceivingLink(LinkEndpoint10):
             if self.credit <= 0:
                 raise ProtocolFault(LinkErrorCondition.TRANSFER_LIMIT_EXCEEDED,
                                     "transfer without link credit", Scope.LINK, self.handle)
+            if self.incomplete_sent and not transfer.resume:
+                raise ProtocolFault(AmqpErrorCondition.ILLEGAL_STATE,
+                                    "a new delivery on a link whose unsettled map was incomplete"
+                                    " (only resumed deliveries may follow it)", Scope.LINK, self.handle)
+            self._second = receiver_settles_second(self.rcv_settle_mode, transfer.rcv_settle_mode, self.handle)
             self.credit -= 1
             self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
             self._delivery_id = transfer.delivery_id
+            self._tag = bytes(transfer.delivery_tag or b"")
+            self._resume = bool(transfer.resume)
             self._settled = bool(transfer.settled)
             self._state = None
             self._parts, self._size = [], 0
@@ -328,7 +365,8 @@ class ReceivingLink(LinkEndpoint10):
             return
         delivery_id, settled = self._delivery_id, self._settled
         parts, self._parts, self._delivery_id = self._parts, [], None
-        self._publish(delivery_id, settled, parts[0] if len(parts) == 1 else b"".join(parts), self._state)
+        if not (self._resume and self.receipts.resumed(delivery_id, self._tag, settled, self._second)):
+            self._publish(delivery_id, settled, parts[0] if len(parts) == 1 else b"".join(parts), self._state)
         self._renew_credit()
 
     def _renew_credit(self) -> None:
@@ -364,7 +402,7 @@ class ReceivingLink(LinkEndpoint10):
         if not (self.tx if txn is None else txn.work).enqueue(message, queues):
             self._settle(delivery_id, settled, Rejected(error=Error(
                 condition=AmqpErrorCondition.RESOURCE_LIMIT_EXCEEDED,
-                description="a queue refused the message (it is full)")))
+                description="a queue refused the message (it is full)")), txn)
             return
         if txn is not None:                           # enqueued on commit; accepted in the txn now
             self._settle(delivery_id, settled, Accepted(), txn)
@@ -372,8 +410,11 @@ class ReceivingLink(LinkEndpoint10):
         if settled:
             return
         journal = getattr(ns, "journal", None)
-        self.session.accept(self, delivery_id, journal.pending if message.journal_id and journal is not None
-                            else None)
+        after = journal.pending if message.journal_id and journal is not None else None
+        if self._second:
+            self.receipts.accept(delivery_id, self._tag, after)
+        else:
+            self.session.accept(self, delivery_id, after)
 
     def _route_of(self, payload: bytes) -> tuple[str, str]:
         destination = self.destination
@@ -397,10 +438,17 @@ class ReceivingLink(LinkEndpoint10):
             state = txn.posted(state, settled)
         if settled or self.detached or self.session.ended or not self.connection.is_open:
             return
+        if self._second:                        # exactly once: kept until the peer settles
+            self.receipts.answer(delivery_id, self._tag, state)
+            return
         self.session.send(Disposition(role=True, first=delivery_id, settled=True, state=state))
+
+    def peer_settled(self, first: int, last: int) -> None:
+        self.receipts.peer_settled(first, last)
 
     def release(self) -> None:
         self._parts, self._delivery_id = [], None
+        self.receipts.clear()                   # the tags stay in the link's map, for its resume
 
 
 # -- the client receives --------------------------------------------------------------------------
@@ -414,7 +462,11 @@ class SendingLink(LinkEndpoint10):
         self.credit = 0
         self.delivery_count = 0
         self.drain = False
-        self.no_ack = attach.snd_settle_mode == 1       # settled: at most once
+        self.no_ack = attach.snd_settle_mode == SND_SETTLED     # settled: at most once
+        #: delivery tags: unique to this endpoint (a resumed link's map may hold older ones)
+        self._tag_prefix = os.urandom(4)
+        #: tags of the deliveries sent unsettled, by delivery id
+        self.tags: dict[int, bytes] = {}
         self.tag = self.name
         self.priority = 0
         self.selector: Any = None
@@ -452,7 +504,15 @@ class SendingLink(LinkEndpoint10):
 
     def _consume(self, queue: Queue, terminus: Terminus) -> None:
         self.queue = queue
-        self.answer_attach(self.peer_attach.source or source_of(terminus), initial_delivery_count=0)
+        link, peer = self.link, self.peer_attach
+        if link is not None and (link.unsettled or link.held):
+            for touched in reconcile_sending(self.namespace.links, link, peer_unsettled(peer.unsettled),
+                                             bool(peer.incomplete_unsettled)):
+                self.connection.schedule_dispatch(touched)
+        self.answer_attach(peer.source or source_of(terminus), link.unsettled if link else None,
+                           initial_delivery_count=0)
+        if peer.incomplete_unsettled:
+            return              # 2.6.13: no new deliveries to a peer whose unsettled map was incomplete
         queue.add_consumer(self)
         self.cancelled = False
         smodel = self.session.model
@@ -469,13 +529,17 @@ class SendingLink(LinkEndpoint10):
         delivery_id = session.take_delivery_id()
         payload = transfer_payload(entry.message, delivery_count=entry.delivery_count,
                                    first_acquirer=entry.delivery_count == 0)
-        transfer = Transfer(handle=self.handle, delivery_id=delivery_id, delivery_tag=_TAG.pack(delivery_id),
+        tag = self._tag_prefix + _TAG.pack(delivery_id)
+        transfer = Transfer(handle=self.handle, delivery_id=delivery_id, delivery_tag=tag,
                             message_format=0, settled=self.no_ack)
         frames = transfer_frames(session.channel, transfer, payload, self.connection.max_frame_size)
         self.credit -= 1
         self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
         if not self.no_ack:
             session.unsettled[delivery_id] = (self, entry)
+            self.tags[delivery_id] = tag
+            if self.link is not None:
+                self.namespace.links.record_unsettled(self.link, tag, NULL_STATE)
         self.connection.messages_sent += 1
         session.send_transfer_frames(frames)
 
@@ -525,9 +589,12 @@ class SendingLink(LinkEndpoint10):
             queue.release(entry)
         else:
             return                                   # received: not an outcome
-        if not settled:
+        if not settled:                              # (a receiver in mode second settles after us)
             self.session.unsettled.pop(delivery_id, None)
             self.session.send(Disposition(role=False, first=delivery_id, settled=True, state=state))
+        tag = self.tags.pop(delivery_id, None)
+        if tag is not None and self.link is not None:
+            self.namespace.links.settled(self.link, tag)
         self.connection.schedule_dispatch(queue)
 
     def release(self) -> None:
@@ -541,9 +608,21 @@ class SendingLink(LinkEndpoint10):
         unsettled = self.session.unsettled
         mine = [i for i, (link, _entry) in unsettled.items() if link is self]
         queues = set()
+        # durability unsettled-state: the link keeps its unsettled deliveries for its resume
+        link = self.link
+        links = self.namespace.links
+        keep = link is not None and link.terminus.keeps_unsettled
         for delivery_id in mine:
             _link, entry = unsettled.pop(delivery_id)
+            tag = self.tags.pop(delivery_id, None)
+            if keep and tag is not None:
+                assert link is not None
+                links.hold(link, tag, entry)
+                continue
+            if link is not None and tag is not None:
+                links.settled(link, tag)
             entry.queue.release(entry)
             queues.add(entry.queue)
+        self.tags.clear()
         for queue in queues:
             self.connection.schedule_dispatch(queue)

@@ -185,7 +185,7 @@ class Session:
                 if item is not None:
                     sender, entry = item
                     sender.outcome(delivery_id, entry, disposition.state, disposition.settled)
-        else:                                     # the peer sends: it settles deliveries it sent us
+        elif disposition.settled:                 # the peer sends: it settles deliveries it sent us
             for endpoint in self.links.values():
                 endpoint.peer_settled(first, last)
 
