@@ -22,6 +22,11 @@
 //                         container id re-attaches the link and gets the N; then closes it.
 //                         The N carry the subject --subject (default "drivers"): an
 //                         exchange routes by it
+//   bad-selector          a receiver with a selector that does not parse: the broker refuses
+//                         it; the error's condition and description are reported
+//   priority              a receiver without priority (credit N) and one with the link property
+//                         rabbitmq:priority 5 (credit N/2) on the address; N sent: which
+//                         receiver got each message, in order
 'use strict';
 
 const rhea = require('rhea');
@@ -175,6 +180,35 @@ const scenarios = {
     second.close();
     return { ...sent, received_after_reattach: got.length,
       in_order: got.every((m, i) => body(m) === `message ${i}`) };
+  },
+
+  async 'bad-selector'() {
+    const conn = await connect();
+    const receiver = conn.open_receiver({ source: { address: a.address, filter: rhea.filter.selector("color = = 'red'") } });
+    const error = await new Promise((resolve) => {
+      receiver.once('receiver_open', () => resolve(null));
+      receiver.once('receiver_error', (ctx) => resolve(ctx.receiver.error));
+    });
+    conn.close();
+    return { refused: !!error, condition: error && error.condition, description: error && error.description };
+  },
+
+  async priority() {
+    const conn = await connect();
+    const order = [];
+    const listen = (name, credit, properties) => {
+      const r = conn.open_receiver({ source: { address: a.address }, credit_window: 0, autoaccept: true, properties });
+      r.on('message', () => order.push(name));
+      return opened(r, 'receiver').then(() => { r.add_credit(credit); return r; });
+    };
+    const low = await listen('low', a.count, undefined);
+    const high = await listen('high', Math.floor(a.count / 2), { 'rabbitmq:priority': 5 });
+    // a round trip on the sending side's connection makes sure both flows arrived first
+    const sent = await sendAll(conn, a.address, numbered(a.count));
+    await new Promise((resolve) => { const t = setInterval(() => { if (order.length >= a.count) { clearInterval(t); resolve(); } }, 20); });
+    low.close(); high.close();
+    conn.close();
+    return { ...sent, order };
   },
 };
 

@@ -26,24 +26,29 @@ from __future__ import annotations
 
 import logging
 import struct
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from broker import errors
-from broker.messaging.link_registry import Attachment, Link, LinkKey
+from broker.messaging.link_registry import AttachKind, Attachment, Link, LinkKey
 from broker.messaging.link_terminus import ExpiryPolicy, Terminus, TerminusDurability
 from broker.messaging.selectors import compile_selector
 from broker.messaging.termini import LinkRole
 from broker.messaging.transaction import AutoCommitTransaction
 
 from .addresses import Destination, resolve_source, resolve_target
+from .browsing import QueueBrowser, is_browser
 from .conditions import AmqpErrorCondition, LinkErrorCondition, ProtocolFault, Scope, error_of
 from .definitions import (Accepted, Attach, Coordinator, Detach, Disposition, Error, Flow, Modified, Rejected,
                           Released, Source, Target, Transfer)
+from .dynamic_nodes import answer_target, dynamic_source_fields, make_dynamic_node, needs_node
 from .framing import transfer_frames
 from .sections import MessageSections
 from .values import Described, Symbol
 
 from .message_format import message_from_transfer, transfer_payload
+from .receiver_options import (SELECTOR_DESCRIPTORS, answer_source, binding_key_of, checked_selector,
+                               consumer_priority, selector_text)
 
 if TYPE_CHECKING:
     from broker.messaging.queue import Queue
@@ -55,18 +60,10 @@ log = logging.getLogger(__name__)
 
 #: credit a receiving link grants, renewed once half of it is used
 LINK_CREDIT = 256
-SELECTOR_DESCRIPTORS = ("apache.org:selector-filter:string", 0x0000468C00000004)
 _TAG = struct.Struct(">Q")
 
 
 # -- termini: the attach's source/target <-> the registry's Terminus ----------------------------
-
-def _selector_of(filters: dict[Any, Any] | None) -> str | None:
-    for value in (filters or {}).values():
-        if isinstance(value, Described) and value.descriptor in SELECTOR_DESCRIPTORS:
-            return str(value.value)
-    return None
-
 
 def _terminus(node: Source | Target | None) -> Terminus | None:
     if node is None:
@@ -85,7 +82,7 @@ def _terminus(node: Source | Target | None) -> Terminus | None:
     return Terminus(address=address, durable=durable, expiry_policy=policy, timeout=node.timeout or None,
                     dynamic=bool(node.dynamic),
                     distribution_mode=str(distribution) if distribution is not None else None,
-                    selector=_selector_of(getattr(node, "filter", None)),
+                    selector=selector_text(getattr(node, "filter", None)),
                     capabilities=tuple(str(c) for c in capabilities or ()))
 
 
@@ -271,9 +268,11 @@ class ReceivingLink(LinkEndpoint10):
 
     def established(self, attachment: Attachment) -> None:
         terminus = attachment.link.terminus
+        if needs_node(terminus):                        # a dynamic target: a temporary queue
+            terminus = make_dynamic_node(self.namespace, attachment.link)
         if terminus.address is not None:
             self.destination = resolve_target(self.namespace, terminus.address)
-        self.answer_attach(self.peer_attach.target or target_of(terminus),
+        self.answer_attach(answer_target(self.peer_attach.target, target_of(terminus), terminus),
                            max_message_size=self.max_message_size)
         if not self.connection.blocked:
             self.credit = LINK_CREDIT
@@ -413,12 +412,27 @@ class SendingLink(LinkEndpoint10):
         self.selector: Any = None
         self.cancelled = True
         self.model: Any = None
+        self.browser: QueueBrowser | None = None         # distribution-mode copy: it takes nothing
+        self.binding_key: str | None = None              # from a legacy binding filter
 
     def requested_terminus(self) -> Terminus | None:
-        return _terminus(self.peer_attach.source)
+        terminus = _terminus(self.peer_attach.source)
+        if terminus is not None and terminus.selector is not None:
+            checked_selector(terminus.selector, self.handle)     # a bad one refuses the link
+        return terminus
 
     def established(self, attachment: Attachment) -> None:
-        terminus = attachment.link.terminus
+        link = attachment.link
+        requested = attachment.requested
+        if attachment.kind is AttachKind.RESUMED and requested is not None and not requested.dynamic \
+                and requested != link.terminus:
+            # a resumed link's source is the client's new one (a JMS subscription re-created with
+            # another selector or topic is a new subscription: its queue is made again)
+            self.namespace.links.update_terminus(link, requested)
+        terminus = link.terminus
+        self.priority = consumer_priority(self.peer_attach)
+        if needs_node(terminus):                        # a dynamic source: a temporary queue
+            terminus = make_dynamic_node(self.namespace, link)
         if terminus.address is None:
             raise errors.NotFound("a source without an address")
         node = resolve_source(self.namespace, terminus.address)
@@ -427,7 +441,9 @@ class SendingLink(LinkEndpoint10):
                 self.selector = compile_selector(terminus.selector)
             self._consume(self.namespace.queue(node.queue, owner=self.connection), terminus)
             return
-        link = attachment.link
+        self.binding_key = binding_key_of(self.peer_attach.source.filter if self.peer_attach.source else None)
+        if self.binding_key is not None:
+            node = replace(node, binding_key=self.binding_key)
 
         def subscribed(name: str | None, error: errors.BrokerError | None) -> None:
             session = self.session
@@ -445,7 +461,13 @@ class SendingLink(LinkEndpoint10):
 
     def _consume(self, queue: Queue, terminus: Terminus) -> None:
         self.queue = queue
-        self.answer_attach(self.peer_attach.source or source_of(terminus), initial_delivery_count=0)
+        self.answer_attach(answer_source(self.peer_attach.source, source_of(terminus), terminus,
+                                         binding_key=self.binding_key, **dynamic_source_fields(terminus)),
+                           initial_delivery_count=0)
+        if is_browser(terminus.distribution_mode):
+            self.browser = QueueBrowser(self, queue, self.selector)
+            self.cancelled = False
+            return
         queue.add_consumer(self)
         self.cancelled = False
         smodel = self.session.model
@@ -484,7 +506,9 @@ class SendingLink(LinkEndpoint10):
             self.credit = max(((their_count + flow.link_credit - self.delivery_count + 0x80000000)
                                & 0xFFFFFFFF) - 0x80000000, 0)
         self.drain = flow.drain
-        if self.queue is not None and not self.cancelled:
+        if self.browser is not None:
+            self.browser.browse()
+        elif self.queue is not None and not self.cancelled:
             self.queue.dispatch()
         if self.drain and self.credit > 0:
             self.delivery_count = (self.delivery_count + self.credit) & 0xFFFFFFFF
@@ -501,12 +525,15 @@ class SendingLink(LinkEndpoint10):
 
     def resume(self) -> None:
         if self.queue is not None and not self.cancelled and self.credit > 0:
-            self.connection.schedule_dispatch(self.queue)
+            self.connection.schedule_dispatch(self.browser or self.queue)
 
     # -- settlement -------------------------------------------------------------------------------
     def outcome(self, delivery_id: int, entry: QueueEntry, state: Any, settled: bool) -> None:
         queue = entry.queue
-        if state is None or isinstance(state, Accepted):
+        if self.browser is not None and (state is None or isinstance(state, (Accepted, Rejected, Released,
+                                                                            Modified))):
+            pass                                     # a copy: the queue's message is untouched
+        elif state is None or isinstance(state, Accepted):
             if settled or state is not None:
                 queue.settle(entry)
         elif isinstance(state, Rejected):
@@ -523,7 +550,7 @@ class SendingLink(LinkEndpoint10):
     def release(self) -> None:
         if not self.cancelled:
             self.cancelled = True
-            if self.queue is not None:
+            if self.queue is not None and self.browser is None:
                 self.queue.remove_consumer(self)
         if self.model is not None:
             self.model.unregister()
@@ -533,7 +560,8 @@ class SendingLink(LinkEndpoint10):
         queues = set()
         for delivery_id in mine:
             _link, entry = unsettled.pop(delivery_id)
-            entry.queue.release(entry)
-            queues.add(entry.queue)
+            if self.browser is None:                 # a browser's copies were never taken
+                entry.queue.release(entry)
+                queues.add(entry.queue)
         for queue in queues:
             self.connection.schedule_dispatch(queue)
