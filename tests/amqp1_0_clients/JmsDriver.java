@@ -318,11 +318,14 @@ public class JmsDriver {
                     }
                 }
             }
+            List<String> extra = new ArrayList<>();
             for (MessageConsumer consumer : new MessageConsumer[] {one, two}) {
-                if (consumer.receive(QUIET_MS) != null) {
+                for (Message m = consumer.receive(QUIET_MS); m != null; m = consumer.receive(QUIET_MS)) {
                     total++;                   // a duplicate: more than were published
+                    extra.add(m.getIntProperty("i") + (m.getJMSRedelivered() ? " redelivered" : ""));
                 }
             }
+            out.put("extra", extra);
             out.put("received_after_reconnect", total);
             out.put("distinct", seen.size());
             one.close();

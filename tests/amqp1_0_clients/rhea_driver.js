@@ -185,12 +185,14 @@ const scenarios = {
   async 'bad-selector'() {
     const conn = await connect();
     const receiver = conn.open_receiver({ source: { address: a.address, filter: rhea.filter.selector("color = = 'red'") } });
+    // the broker answers the attach (with no source), then detaches the link with the error
     const error = await new Promise((resolve) => {
-      receiver.once('receiver_open', () => resolve(null));
       receiver.once('receiver_error', (ctx) => resolve(ctx.receiver.error));
+      receiver.once('receiver_close', (ctx) => resolve(ctx.receiver.error));
     });
     conn.close();
-    return { refused: !!error, condition: error && error.condition, description: error && error.description };
+    return { refused: !!error, condition: error && error.condition, description: error && error.description,
+      remote_source: receiver.remote.attach ? receiver.remote.attach.source || null : 'no attach' };
   },
 
   async priority() {

@@ -101,6 +101,7 @@ def test_rhea_bad_selector_is_refused_with_invalid_field(broker: DeltaMQProcess)
     r = _ok(run_rhea(broker.amqp_port, "bad-selector", durable_queue(broker, "rhea")))
     assert r["refused"] is True and r["condition"] == "amqp:invalid-field"
     assert "color = = 'red'" in r["description"]
+    assert r["remote_source"] is None             # the attach was answered with a null source first
 
 
 @needs_rhea

@@ -1,8 +1,8 @@
 """Browsing a queue over AMQP 1.0: a source with ``distribution-mode`` ``copy`` (part 3.5.3).
 
-A receiver whose source asks for ``copy`` (a Qpid JMS ``QueueBrowser``, a
-rhea receiver with ``distribution_mode: 'copy'``) gets copies of the
-queue's ready messages, in delivery order, and takes none: they stay for
+A receiver whose source names a queue and asks for ``copy`` (a Qpid JMS
+``QueueBrowser``, a rhea receiver with ``distribution_mode: 'copy'``) gets
+copies of the queue's ready messages, in delivery order, and takes none: they stay for
 the queue's consumers.  Each message is sent once per link (a link's
 browser remembers what it sent while the message is in the queue).
 Messages acquired by a consumer at the time are not seen (a message a
@@ -21,7 +21,9 @@ sent at the client's next flow.
 Deliveries go out as any other (settled when the link's sender settle mode
 is ``settled``); the client's disposition of a copy changes nothing in the
 queue: ``accepted``, ``released`` and the rest are all answered and
-forgotten.
+forgotten.  (On a subscription to an exchange ``copy`` is what the
+subscription does anyway -- Qpid JMS asks for it on topic consumers -- and
+the link consumes its own queue.)
 """
 
 from __future__ import annotations

@@ -439,7 +439,8 @@ class SendingLink(LinkEndpoint10):
         if node.queue is not None:
             if terminus.selector is not None:
                 self.selector = compile_selector(terminus.selector)
-            self._consume(self.namespace.queue(node.queue, owner=self.connection), terminus)
+            self._consume(self.namespace.queue(node.queue, owner=self.connection), terminus,
+                          browse=is_browser(terminus.distribution_mode))
             return
         self.binding_key = binding_key_of(self.peer_attach.source.filter if self.peer_attach.source else None)
         if self.binding_key is not None:
@@ -459,12 +460,12 @@ class SendingLink(LinkEndpoint10):
         # the binding carries the selector (x-filter-jms-selector): no consumer selector
         self.namespace.links.subscribe(link, node.exchange, node.binding_key, subscribed)
 
-    def _consume(self, queue: Queue, terminus: Terminus) -> None:
+    def _consume(self, queue: Queue, terminus: Terminus, browse: bool = False) -> None:
         self.queue = queue
         self.answer_attach(answer_source(self.peer_attach.source, source_of(terminus), terminus,
                                          binding_key=self.binding_key, **dynamic_source_fields(terminus)),
                            initial_delivery_count=0)
-        if is_browser(terminus.distribution_mode):
+        if browse:          # copy on a subscription (Qpid JMS's topics) is what it does anyway
             self.browser = QueueBrowser(self, queue, self.selector)
             self.cancelled = False
             return

@@ -352,3 +352,14 @@ def test_closing_one_link_of_a_shared_subscription_keeps_it_for_the_others() -> 
     client.send(Detach(handle=1, closed=True))
     name = "qpidsub_/jms-client_/sub_/durable"
     assert [c.handle for c in client.host.namespace.queue(name).consumers] == [2]
+
+
+def test_copy_on_a_subscription_consumes_as_qpid_jms_topic_subscribers_expect() -> None:
+    client = _open(None, container_id="jms-client")
+    _receiver(client, 1, _durable(distribution_mode=Symbol("copy")), name="sub")
+    client.credit(1, 10)
+    _send(client, "amq.topic/news", [message_payload(b"n")])
+    transfers = _transfers(client)
+    assert len(transfers) == 1
+    client.send(Disposition(role=True, first=transfers[0].delivery_id, settled=True, state=Accepted()))
+    assert client.host.namespace.queue("qpidsub_/jms-client_/sub_/durable").message_count == 0
