@@ -71,8 +71,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from broker.errors import BrokerError, NotFound
 from broker.messaging.link_subscriptions import Subscriptions
-from broker.messaging.link_terminus import (ExpiryPolicy, Terminus, terminus_from_record, terminus_record,
-                                            unsettled_from_record, unsettled_record)
+from broker.messaging.link_terminus import (SHARED_CAPABILITY, ExpiryPolicy, Terminus, terminus_from_record,
+                                            terminus_record, unsettled_from_record, unsettled_record)
 from broker.messaging.termini import LinkRole, StoredTermini, TerminusKey, TerminusRecord, TerminusStore
 
 if TYPE_CHECKING:
@@ -333,6 +333,7 @@ class LinkRegistry:
         link.stealing_from = None
         if closed and not stolen:
             self._remove(link)
+            self._unsubscribe_shared(link)
         elif link.pending:
             self._steal_next(link)
         else:
@@ -425,6 +426,17 @@ class LinkRegistry:
             done(name, error)
         self.subscriptions.subscribe(link.key, link.terminus, link.subscription_queue, exchange,
                                      binding_key, subscribed)
+
+    def _unsubscribe_shared(self, closed: Link) -> None:
+        """A link of a shared subscription was closed (a JMS unsubscribe): the subscription's
+        other links that are suspended go too, so its queue is deleted unless one is attached."""
+        queue = closed.subscription_queue
+        if queue is None or not closed.terminus.has_capability(SHARED_CAPABILITY):
+            return
+        sharing = [other for other in self._links.values() if other.subscription_queue == queue]
+        if all(other.endpoint is None and not other.pending for other in sharing):
+            for other in sharing:
+                self._remove(other)
 
     # -- time ---------------------------------------------------------------------------------
 

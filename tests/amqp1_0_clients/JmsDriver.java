@@ -27,6 +27,9 @@
 //   durable-subscription  a durable subscription (client id, subscription name) on --topic,
 //                         closed; N published; a new connection with the same client id
 //                         re-creates it and gets the N; then unsubscribes
+//   shared-durable-subscription  two shared durable consumers (JMS 2.0) of --subscription on
+//                         --topic, closed; N published; a new connection's two consumers of
+//                         it get the N between them, each once; then unsubscribes
 import jakarta.jms.Connection;
 import jakarta.jms.DeliveryMode;
 import jakarta.jms.Destination;
@@ -109,6 +112,7 @@ public class JmsDriver {
             case "browse": browse(out); break;
             case "reply-to": replyTo(out); break;
             case "durable-subscription": durableSubscription(out); break;
+            case "shared-durable-subscription": sharedDurableSubscription(out); break;
             default: throw new IllegalArgumentException("unknown scenario " + scenario);
         }
     }
@@ -321,6 +325,53 @@ public class JmsDriver {
         }
     }
 
+    void sharedDurableSubscription(Map<String, Object> out) throws Exception {
+        String clientId = opt.get("client-id"), name = opt.get("subscription");
+        try (Connection c = connect(clientId)) {
+            Session s = c.createSession(false, Session.AUTO_ACKNOWLEDGE);
+            Topic t = s.createTopic(opt.get("topic"));
+            MessageConsumer one = s.createSharedDurableConsumer(t, name);
+            MessageConsumer two = s.createSharedDurableConsumer(t, name);
+            one.close();
+            two.close();
+        }
+        try (Connection c = connect(null)) {
+            Session s = c.createSession(false, Session.AUTO_ACKNOWLEDGE);
+            out.put("published_while_closed", send(s, s.createTopic(opt.get("topic")), count, true));
+        }
+        try (Connection c = connect(clientId)) {
+            Session s = c.createSession(false, Session.AUTO_ACKNOWLEDGE);
+            Topic t = s.createTopic(opt.get("topic"));
+            MessageConsumer one = s.createSharedDurableConsumer(t, name);
+            MessageConsumer two = s.createSharedDurableConsumer(t, name);
+            TreeSet<Integer> seen = new TreeSet<>();
+            int total = 0;
+            long deadline = System.currentTimeMillis() + WAIT_MS;
+            while (total < count && System.currentTimeMillis() < deadline) {
+                for (MessageConsumer consumer : new MessageConsumer[] {one, two}) {
+                    Message m = consumer.receive(100);
+                    if (m != null) {
+                        seen.add(m.getIntProperty("i"));
+                        total++;
+                    }
+                }
+            }
+            List<String> extra = new ArrayList<>();
+            for (MessageConsumer consumer : new MessageConsumer[] {one, two}) {
+                for (Message m = consumer.receive(QUIET_MS); m != null; m = consumer.receive(QUIET_MS)) {
+                    total++;                   // a duplicate: more than were published
+                    extra.add(m.getIntProperty("i") + (m.getJMSRedelivered() ? " redelivered" : ""));
+                }
+            }
+            out.put("extra", extra);
+            out.put("received_after_reconnect", total);
+            out.put("distinct", seen.size());
+            one.close();
+            two.close();
+            s.unsubscribe(name);
+            out.put("unsubscribed", true);
+        }
+    }
     // ---- JSON lines without a JSON library
 
     static void emit(Map<String, Object> m) {

@@ -27,6 +27,11 @@
 //                         unsettled and the sender settles it; the link is detached without
 //                         closing; then a receiver in rcv-settle-mode second takes the N, its
 //                         outcomes sent unsettled and settled by the broker
+//   bad-selector          a receiver with a selector that does not parse: the broker refuses
+//                         it; the error's condition and description are reported
+//   priority              a receiver without priority (credit N) and one with the link property
+//                         rabbitmq:priority 5 (credit N/2) on the address; N sent: which
+//                         receiver got each message, in order
 'use strict';
 
 const rhea = require('rhea');
@@ -214,6 +219,37 @@ const scenarios = {
     conn.close();
     return { sent: i, accepted, settled_by_broker_first: settledByBrokerFirst, sender_rcv_settle_mode: senderMode,
       received, settled_by_broker: settledByBroker, receiver_rcv_settle_mode: receiverMode };
+  },
+
+  async 'bad-selector'() {
+    const conn = await connect();
+    const receiver = conn.open_receiver({ source: { address: a.address, filter: rhea.filter.selector("color = = 'red'") } });
+    // the broker answers the attach (with no source), then detaches the link with the error
+    const error = await new Promise((resolve) => {
+      receiver.once('receiver_error', (ctx) => resolve(ctx.receiver.error));
+      receiver.once('receiver_close', (ctx) => resolve(ctx.receiver.error));
+    });
+    conn.close();
+    return { refused: !!error, condition: error && error.condition, description: error && error.description,
+      remote_source: receiver.remote.attach ? receiver.remote.attach.source || null : 'no attach' };
+  },
+
+  async priority() {
+    const conn = await connect();
+    const order = [];
+    const listen = (name, credit, properties) => {
+      const r = conn.open_receiver({ source: { address: a.address }, credit_window: 0, autoaccept: true, properties });
+      r.on('message', () => order.push(name));
+      return opened(r, 'receiver').then(() => { r.add_credit(credit); return r; });
+    };
+    const low = await listen('low', a.count, undefined);
+    const high = await listen('high', Math.floor(a.count / 2), { 'rabbitmq:priority': 5 });
+    // a round trip on the sending side's connection makes sure both flows arrived first
+    const sent = await sendAll(conn, a.address, numbered(a.count));
+    await new Promise((resolve) => { const t = setInterval(() => { if (order.length >= a.count) { clearInterval(t); resolve(); } }, 20); });
+    low.close(); high.close();
+    conn.close();
+    return { ...sent, order };
   },
 };
 

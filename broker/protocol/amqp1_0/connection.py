@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 MECHANISMS = ("PLAIN", "ANONYMOUS")
 IDLE_SEND_FRACTION = 0.5         # beat after half the peer's idle-time-out (spec 2.4.5)
 IDLE_EXPIRE_FACTOR = 2.0         # a peer silent twice our idle-time-out is gone
+#: what the broker's open offers: SHARED-SUBS, JMS 2.0 shared subscriptions (Qpid JMS asks for it)
+OFFERED_CAPABILITIES: tuple[str, ...] = ("SHARED-SUBS",)
 
 
 class State(enum.Enum):
@@ -317,6 +319,7 @@ class AmqpConnection10(OutputQueue):
         self._write(encode_frame(Open(
             container_id=self.container_id, hostname=open_.hostname, max_frame_size=our_max,
             channel_max=self.channel_max, idle_time_out=idle_ms or None,
+            offered_capabilities=[Symbol(c) for c in OFFERED_CAPABILITIES] or None,
             properties={Symbol("product"): self.host.product, Symbol("version"): self.host.version})))
         self.state = State.OPEN
         peer_idle = (open_.idle_time_out or 0) / 1000

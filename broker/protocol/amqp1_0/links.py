@@ -28,19 +28,22 @@ import dataclasses
 import logging
 import os
 import struct
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from broker import errors
-from broker.messaging.link_registry import Attachment, Link, LinkKey
+from broker.messaging.link_registry import AttachKind, Attachment, Link, LinkKey
 from broker.messaging.link_terminus import ExpiryPolicy, Terminus, TerminusDurability
 from broker.messaging.selectors import compile_selector
 from broker.messaging.termini import LinkRole
 from broker.messaging.transaction import AutoCommitTransaction
 
 from .addresses import Destination, resolve_source, resolve_target
+from .browsing import QueueBrowser, is_browser
 from .conditions import AmqpErrorCondition, LinkErrorCondition, ProtocolFault, Scope, error_of
 from .definitions import (Accepted, Attach, Coordinator, Detach, Disposition, Error, Flow, Modified, Rejected,
                           Released, Source, Target, TransactionalState, Transfer)
+from .dynamic_nodes import answer_target, dynamic_source_fields, make_dynamic_node, needs_node
 from .framing import transfer_frames
 from .sections import MessageSections
 from .values import Described, Symbol
@@ -48,6 +51,8 @@ from .values import Described, Symbol
 from .encoding import encode
 from .message_format import message_from_transfer, transfer_payload
 from .receipts import Receipts
+from .receiver_options import (SELECTOR_DESCRIPTORS, answer_source, binding_key_of, checked_selector,
+                               consumer_priority, selector_text)
 from .resume import peer_unsettled, reconcile_receiving, reconcile_sending, unsettled_field
 from .settlement import NULL_STATE, SND_SETTLED, negotiated_modes, receiver_settles_second
 
@@ -63,20 +68,12 @@ log = logging.getLogger(__name__)
 
 #: credit a receiving link grants, renewed once half of it is used
 LINK_CREDIT = 256
-SELECTOR_DESCRIPTORS = ("apache.org:selector-filter:string", 0x0000468C00000004)
 _TAG = struct.Struct(">Q")
 #: bytes of a frame outside the attach: the frame header and room for incomplete-unsettled
 _ATTACH_FRAME_SLACK = 16
 
 
 # -- termini: the attach's source/target <-> the registry's Terminus ----------------------------
-
-def _selector_of(filters: dict[Any, Any] | None) -> str | None:
-    for value in (filters or {}).values():
-        if isinstance(value, Described) and value.descriptor in SELECTOR_DESCRIPTORS:
-            return str(value.value)
-    return None
-
 
 def _terminus(node: Source | Target | None) -> Terminus | None:
     if node is None:
@@ -95,7 +92,7 @@ def _terminus(node: Source | Target | None) -> Terminus | None:
     return Terminus(address=address, durable=durable, expiry_policy=policy, timeout=node.timeout or None,
                     dynamic=bool(node.dynamic),
                     distribution_mode=str(distribution) if distribution is not None else None,
-                    selector=_selector_of(getattr(node, "filter", None)),
+                    selector=selector_text(getattr(node, "filter", None)),
                     capabilities=tuple(str(c) for c in capabilities or ()))
 
 
@@ -296,12 +293,14 @@ class ReceivingLink(LinkEndpoint10):
     def established(self, attachment: Attachment) -> None:
         link = attachment.link
         terminus = link.terminus
+        if needs_node(terminus):                        # a dynamic target: a temporary queue
+            terminus = make_dynamic_node(self.namespace, link)
         if terminus.address is not None:
             self.destination = resolve_target(self.namespace, terminus.address)
         peer = self.peer_attach
         reconcile_receiving(self.namespace.links, link, peer_unsettled(peer.unsettled),
                             bool(peer.incomplete_unsettled))
-        self.answer_attach(peer.target or target_of(terminus), link.unsettled,
+        self.answer_attach(answer_target(peer.target, target_of(terminus), terminus), link.unsettled,
                            max_message_size=self.max_message_size)
         if not self.connection.blocked:
             self.credit = LINK_CREDIT
@@ -472,21 +471,39 @@ class SendingLink(LinkEndpoint10):
         self.selector: Any = None
         self.cancelled = True
         self.model: Any = None
+        self.browser: QueueBrowser | None = None         # distribution-mode copy: it takes nothing
+        self.binding_key: str | None = None              # from a legacy binding filter
 
     def requested_terminus(self) -> Terminus | None:
-        return _terminus(self.peer_attach.source)
+        terminus = _terminus(self.peer_attach.source)
+        if terminus is not None and terminus.selector is not None:
+            checked_selector(terminus.selector, self.handle)     # a bad one refuses the link
+        return terminus
 
     def established(self, attachment: Attachment) -> None:
-        terminus = attachment.link.terminus
+        link = attachment.link
+        requested = attachment.requested
+        if attachment.kind is AttachKind.RESUMED and requested is not None and not requested.dynamic \
+                and requested != link.terminus:
+            # a resumed link's source is the client's new one (a JMS subscription re-created with
+            # another selector or topic is a new subscription: its queue is made again)
+            self.namespace.links.update_terminus(link, requested)
+        terminus = link.terminus
+        self.priority = consumer_priority(self.peer_attach)
+        if needs_node(terminus):                        # a dynamic source: a temporary queue
+            terminus = make_dynamic_node(self.namespace, link)
         if terminus.address is None:
             raise errors.NotFound("a source without an address")
         node = resolve_source(self.namespace, terminus.address)
         if node.queue is not None:
             if terminus.selector is not None:
                 self.selector = compile_selector(terminus.selector)
-            self._consume(self.namespace.queue(node.queue, owner=self.connection), terminus)
+            self._consume(self.namespace.queue(node.queue, owner=self.connection), terminus,
+                          browse=is_browser(terminus.distribution_mode))
             return
-        link = attachment.link
+        self.binding_key = binding_key_of(self.peer_attach.source.filter if self.peer_attach.source else None)
+        if self.binding_key is not None:
+            node = replace(node, binding_key=self.binding_key)
 
         def subscribed(name: str | None, error: errors.BrokerError | None) -> None:
             session = self.session
@@ -502,15 +519,20 @@ class SendingLink(LinkEndpoint10):
         # the binding carries the selector (x-filter-jms-selector): no consumer selector
         self.namespace.links.subscribe(link, node.exchange, node.binding_key, subscribed)
 
-    def _consume(self, queue: Queue, terminus: Terminus) -> None:
+    def _consume(self, queue: Queue, terminus: Terminus, browse: bool = False) -> None:
         self.queue = queue
         link, peer = self.link, self.peer_attach
         if link is not None and (link.unsettled or link.held):
             for touched in reconcile_sending(self.namespace.links, link, peer_unsettled(peer.unsettled),
                                              bool(peer.incomplete_unsettled)):
                 self.connection.schedule_dispatch(touched)
-        self.answer_attach(peer.source or source_of(terminus), link.unsettled if link else None,
-                           initial_delivery_count=0)
+        self.answer_attach(answer_source(peer.source, source_of(terminus), terminus,
+                                         binding_key=self.binding_key, **dynamic_source_fields(terminus)),
+                           link.unsettled if link else None, initial_delivery_count=0)
+        if browse:          # copy on a subscription (Qpid JMS's topics) is what it does anyway
+            self.browser = QueueBrowser(self, queue, self.selector)
+            self.cancelled = False
+            return
         if peer.incomplete_unsettled:
             return              # 2.6.13: no new deliveries to a peer whose unsettled map was incomplete
         queue.add_consumer(self)
@@ -538,7 +560,7 @@ class SendingLink(LinkEndpoint10):
         if not self.no_ack:
             session.unsettled[delivery_id] = (self, entry)
             self.tags[delivery_id] = tag
-            if self.link is not None:
+            if self.link is not None and self.browser is None:    # a browser's copies resume as nothing
                 self.namespace.links.record_unsettled(self.link, tag, NULL_STATE)
         self.connection.messages_sent += 1
         session.send_transfer_frames(frames)
@@ -555,7 +577,9 @@ class SendingLink(LinkEndpoint10):
             self.credit = max(((their_count + flow.link_credit - self.delivery_count + 0x80000000)
                                & 0xFFFFFFFF) - 0x80000000, 0)
         self.drain = flow.drain
-        if self.queue is not None and not self.cancelled:
+        if self.browser is not None:
+            self.browser.browse()
+        elif self.queue is not None and not self.cancelled:
             self.queue.dispatch()
         if self.drain and self.credit > 0:
             self.delivery_count = (self.delivery_count + self.credit) & 0xFFFFFFFF
@@ -572,7 +596,7 @@ class SendingLink(LinkEndpoint10):
 
     def resume(self) -> None:
         if self.queue is not None and not self.cancelled and self.credit > 0:
-            self.connection.schedule_dispatch(self.queue)
+            self.connection.schedule_dispatch(self.browser or self.queue)
 
     # -- settlement -------------------------------------------------------------------------------
     def outcome(self, delivery_id: int, entry: QueueEntry, state: Any, settled: bool) -> None:
@@ -580,7 +604,10 @@ class SendingLink(LinkEndpoint10):
             self.session.transactions.retire(self, delivery_id, entry, state, settled)
             return
         queue = entry.queue
-        if state is None or isinstance(state, Accepted):
+        if self.browser is not None and (state is None or isinstance(state, (Accepted, Rejected, Released,
+                                                                            Modified))):
+            pass                                     # a copy: the queue's message is untouched
+        elif state is None or isinstance(state, Accepted):
             if settled or state is not None:
                 queue.settle(entry)
         elif isinstance(state, Rejected):
@@ -600,7 +627,7 @@ class SendingLink(LinkEndpoint10):
     def release(self) -> None:
         if not self.cancelled:
             self.cancelled = True
-            if self.queue is not None:
+            if self.queue is not None and self.browser is None:
                 self.queue.remove_consumer(self)
         if self.model is not None:
             self.model.unregister()
@@ -615,6 +642,8 @@ class SendingLink(LinkEndpoint10):
         for delivery_id in mine:
             _link, entry = unsettled.pop(delivery_id)
             tag = self.tags.pop(delivery_id, None)
+            if self.browser is not None:             # a browser's copies were never taken
+                continue
             if keep and tag is not None:
                 assert link is not None
                 links.hold(link, tag, entry)
