@@ -116,6 +116,7 @@ class Session:
 
     def _attach(self, attach: Attach) -> None:
         from .links import ReceivingLink, SendingLink
+        from .management import management_link
 
         handle = attach.handle
         if handle > self.handle_max:
@@ -124,7 +125,8 @@ class Session:
         if handle in self.links:
             raise ProtocolFault(SessionErrorCondition.HANDLE_IN_USE, f"handle {handle} is in use", Scope.SESSION)
         # the peer's role: a sender attaches to the broker's receiving end, and the reverse
-        link = SendingLink(self, attach) if attach.role else ReceivingLink(self, attach)
+        link = management_link(self, attach) or (SendingLink(self, attach) if attach.role
+                                                  else ReceivingLink(self, attach))
         self.links[handle] = link
         link.attach()
 
