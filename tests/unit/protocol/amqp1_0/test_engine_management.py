@@ -237,3 +237,43 @@ async def test_answers_wait_for_the_reply_links_credit(system: SystemConfig) -> 
     response = await manager.response()
     assert response.properties is not None and response.properties.correlation_id == "late"
     assert response.application_properties == {"statusCode": 200} and response.body() == []
+
+
+async def test_query_pages_filters_by_kind_and_read_shows_actuals(system: SystemConfig) -> None:
+    manager = Manager(system)
+    for name in ("q-a", "q-b", "q-c"):
+        await manager.request("CREATE", {"name": name, "durable": False}, type=QUEUE)
+    await manager.request("CREATE", {"name": "q-lvq", "durable": False,
+                                     "arguments": {"x-last-value-key": "k"}}, type=QUEUE)
+    query = {"attributeNames": ["name"]}
+    node = {"type": "org.amqp.management", "entityType": QUEUE}
+    _, all_queues, _ = await manager.request("QUERY", query, **node)
+    assert all_queues["results"] == [["q-a"], ["q-b"], ["q-c"], ["q-lvq"]]     # sorted by name
+    _, page, _ = await manager.request("QUERY", query, offset=1, count=2, **node)
+    assert page["results"] == [["q-b"], ["q-c"]]
+    _, tail, _ = await manager.request("QUERY", query, offset=-1, **node)
+    assert tail["results"] == [["q-lvq"]]
+    _, lvq, _ = await manager.request("QUERY", query, type="org.amqp.management",
+                                      entityType="org.apache.qpid.LastValueQueue")
+    assert lvq["results"] == [["q-lvq"]]
+    _, everything, _ = await manager.request("QUERY", {}, type="org.amqp.management")
+    names = everything["attributeNames"]
+    assert names[:4] == ["identity", "type", "qpid-type", "object-path"]
+    types = {row[names.index("type")] for row in everything["results"]}
+    assert {"org.apache.qpid.VirtualHost", "org.apache.qpid.DirectExchange",
+            "org.apache.qpid.StandardQueue", "org.apache.qpid.LastValueQueue"} <= types
+    status, _, _ = await manager.request("QUERY", {"attributeNames": "name"}, **node)
+    assert status["statusCode"] == 400
+
+    await manager.request("UPDATE", {"description": "described"}, type=QUEUE, name="q-a")
+    _, effective, _ = await manager.request("READ", type=QUEUE, name="q-a")
+    _, actual, _ = await manager.request("READ", {"actuals": True}, type=QUEUE, name="q-a")
+    assert "queueDepthMessages" in effective and "queueDepthMessages" not in actual
+    assert actual["description"] == effective["description"] == "described" and actual["name"] == "q-a"
+
+    status, _, _ = await manager.request("READ", type=QUEUE, identity="00000000-0000-0000-0000-000000000000")
+    assert status["statusCode"] == 404
+    status, body, _ = await manager.request("CREATE", {"name": "a/b"}, type=QUEUE)
+    assert status["statusCode"] == 201 and body["object-path"] == "a\\/b"
+    status, body, _ = await manager.request("READ", type=QUEUE, name="a\\/b")
+    assert body["name"] == "a/b"
