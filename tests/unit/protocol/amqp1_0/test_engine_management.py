@@ -277,3 +277,26 @@ async def test_query_pages_filters_by_kind_and_read_shows_actuals(system: System
     assert status["statusCode"] == 201 and body["object-path"] == "a\\/b"
     status, body, _ = await manager.request("READ", type=QUEUE, name="a\\/b")
     assert body["name"] == "a/b"
+
+
+async def test_a_request_without_reply_to_is_performed_and_json_data_is_a_body(system: SystemConfig) -> None:
+    manager = Manager(system)
+    await manager.request("CREATE", {"name": "unanswered"}, type=QUEUE, reply_to=None)
+    vhost = system.broker.find_virtual_host("default")
+    await wait_until_async(lambda: "unanswered" in vhost.namespace.queues, what="the queue created")
+
+    def send(content_type: str, data: bytes) -> None:
+        manager.client.transfer(REQUESTS, manager.delivery, encode_sections([
+            Properties(message_id=f"json{manager.delivery}", reply_to="replies", content_type=content_type),
+            ApplicationProperties(value={"operation": "UPDATE", "type": QUEUE, "name": "unanswered"}),
+            Data(value=data)]))
+        manager.delivery += 1
+
+    send("application/json", json.dumps({"description": "from JSON"}).encode())
+    answer = await manager.response()
+    assert answer.application_properties["statusCode"] == 200
+    assert answer.body()["description"] == "from JSON"
+    manager.client.take()
+    send("application/json", b"{not json")
+    rejected = [v for _c, v, _p in manager.client.take() if isinstance(v, Disposition)]
+    assert rejected and rejected[0].state.error.condition == "amqp:decode-error"
