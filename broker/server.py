@@ -126,6 +126,18 @@ class BrokerHost:
     def alarm_reason(self) -> str:
         return self.alarms.reason
 
+    def manage(self, virtual_host: str | None, principal: Any, properties: Any, body: Any,
+               answer: Callable[[int, str, Any], None]) -> None:
+        """An AMQP management request to ``virtual_host``'s node (None: the broker's)."""
+        from broker.model.management_node import ManagementRequest, start_request
+
+        managed = self.broker if virtual_host is None else self.broker.find_virtual_host(virtual_host)
+        if managed is None:
+            answer(404, f"no virtual host '{virtual_host}'", None)
+            return
+        start_request(managed, ManagementRequest(properties, body), principal,
+                      lambda response: answer(response.status, response.description, response.body))
+
 
 def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

@@ -8,59 +8,21 @@ JSON or query parameters 400, missing credentials 401, refused permission
 logins 429 (with ``Retry-After``).  Broker errors map by their AMQP meaning;
 a change the store could not make durable (disk full, read-only) is 503 and
 was not made.
+
+The error and the mapping are shared with the AMQP 1.0 management node, so
+they live in :mod:`broker.model.management`; ``ApiError`` is its
+:class:`~broker.model.management.ManagementError`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from broker.model.management import BAD_REQUEST as BAD_REQUEST, CONFLICT as CONFLICT, \
+    FORBIDDEN as FORBIDDEN, INTERNAL as INTERNAL, METHOD_NOT_ALLOWED as METHOD_NOT_ALLOWED, \
+    NOT_FOUND as NOT_FOUND, SERVICE_UNAVAILABLE as SERVICE_UNAVAILABLE, \
+    TOO_MANY_REQUESTS as TOO_MANY_REQUESTS, UNAUTHORIZED as UNAUTHORIZED, \
+    UNPROCESSABLE as UNPROCESSABLE, from_broker_error as from_broker_error
+from broker.model.management import ManagementError as ApiError
 
-from broker import errors
-
-BAD_REQUEST = 400
-UNAUTHORIZED = 401
-FORBIDDEN = 403
-NOT_FOUND = 404
-METHOD_NOT_ALLOWED = 405
-CONFLICT = 409
-UNPROCESSABLE = 422
-TOO_MANY_REQUESTS = 429
-INTERNAL = 500
-SERVICE_UNAVAILABLE = 503
-
-
-class ApiError(Exception):
-    """An answer other than success: status, message, extra headers."""
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = headers or {}
-
-    @property
-    def body(self) -> dict[str, Any]:
-        return {"errorMessage": self.message}
-
-
-def from_broker_error(exc: errors.BrokerError, *, configuration_status: int = UNPROCESSABLE
-                      ) -> ApiError:
-    """The HTTP answer to a broker error.
-
-    ``configuration_status`` is what a ConfigurationError means here: an
-    invalid attribute (422) on create and update, a conflict with the
-    object's state (409) on delete ("used by port ...").
-    """
-    text = exc.text or str(exc)
-    if isinstance(exc, errors.ConfigurationError):
-        return ApiError(configuration_status, text)
-    if isinstance(exc, errors.NotFound):
-        return ApiError(NOT_FOUND, text)
-    if isinstance(exc, (errors.ResourceLocked, errors.PreconditionFailed)):
-        return ApiError(CONFLICT, text)
-    if isinstance(exc, (errors.AccessRefused, errors.NotAllowed, errors.ConnectionAccessRefused)):
-        return ApiError(FORBIDDEN, text)
-    if isinstance(exc, errors.StoreFailed):
-        return ApiError(SERVICE_UNAVAILABLE, text)
-    if isinstance(exc, errors.InternalError):
-        return ApiError(INTERNAL, text)
-    return ApiError(UNPROCESSABLE, text)
+__all__ = ["ApiError", "BAD_REQUEST", "CONFLICT", "FORBIDDEN", "INTERNAL", "METHOD_NOT_ALLOWED",
+           "NOT_FOUND", "SERVICE_UNAVAILABLE", "TOO_MANY_REQUESTS", "UNAUTHORIZED",
+           "UNPROCESSABLE", "from_broker_error"]

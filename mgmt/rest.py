@@ -5,7 +5,10 @@ who is asking, and returns a :class:`Reply` or raises
 :class:`~mgmt.errors.ApiError`.  Everything is generic over the model's
 metadata (:mod:`mgmt.paths`, :mod:`mgmt.representation`,
 :func:`broker.model.operations.declared_operations`), so a new category,
-attribute or operation needs no change here.
+attribute or operation needs no change here.  What it does to the model --
+permission checks, creating, updating, deleting, invoking, waiting for the
+store -- is :mod:`broker.model.management`, which the AMQP 1.0 management
+node calls too; this module finds objects by path and answers in JSON.
 
 As Broker-J:
 
@@ -27,25 +30,21 @@ durable (the journal group of its virtual host is committed), as AMQP's
 
 from __future__ import annotations
 
-import inspect
 import json
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
-
-import anyio
+from typing import Any
 
 from broker.errors import BrokerError
 from broker.messaging.records import to_json_value
-from broker.model.attributes import derived_attributes
+from broker.model import management
 from broker.model.configured_object import ConfiguredObject
 from broker.model.message_views import Content
-from broker.model.operations import Operation, declared_operations
-from broker.model.registry import TREE
+from broker.model.permissions import visibility
 from broker.security.principal import Principal
 from mgmt import paths
-from mgmt.errors import BAD_REQUEST, CONFLICT, FORBIDDEN, METHOD_NOT_ALLOWED, SERVICE_UNAVAILABLE, \
-    NOT_FOUND, UNPROCESSABLE, ApiError, from_broker_error
+from mgmt.errors import BAD_REQUEST, METHOD_NOT_ALLOWED, NOT_FOUND, UNPROCESSABLE, ApiError, \
+    from_broker_error
 from mgmt.representation import OPTION_NAMES, BadQuery, Representer, ViewOptions, \
     matches_filters
 from mgmt.security import Action, Permissions, ManagementPermissions
@@ -103,27 +102,7 @@ class RestApi:
         return Reply(200, self.representer.represent_all(found, options, visible))
 
     def _visible(self, principal: Principal) -> Any:
-        permissions = self.permissions
-        if type(permissions) is not ManagementPermissions:
-            def visible(obj: ConfiguredObject) -> bool:
-                return permissions.allowed(principal, Action.READ, obj, obj.category)
-            return visible
-
-        # The built-in policy decides for an object inside a virtual host by
-        # that virtual host alone: ask once per virtual host, not once for
-        # each of its 10,000 queues (for this request only).
-        decided: dict[int, bool] = {}
-
-        def visible_in_vhost(obj: ConfiguredObject) -> bool:
-            vhost = obj.ancestor("VirtualHost")
-            if vhost is None:
-                return permissions.allowed(principal, Action.READ, obj, obj.category)
-            allowed = decided.get(id(vhost))
-            if allowed is None:
-                allowed = decided[id(vhost)] = permissions.allowed(principal, Action.READ, obj,
-                                                                   obj.category)
-            return allowed
-        return visible_in_vhost
+        return visibility(self.permissions, principal)
 
     @staticmethod
     def _single(path: paths.ApiPath, query: Query) -> bool:
@@ -153,11 +132,7 @@ class RestApi:
 
     def _check(self, principal: Principal, action: Action, target: ConfiguredObject,
                category: str, changes: Collection[str] = ()) -> None:
-        if not self.permissions.allowed(principal, action, target, category, changes):
-            what = f"a {category} in {target.label}" if action is Action.CREATE else target.label
-            also = f" (attributes {', '.join(sorted(changes))})" if changes else ""
-            raise ApiError(FORBIDDEN, f"user '{principal.name}' may not {action.name.lower()}"
-                                      f" {what}{also}")
+        management.check(self.permissions, principal, action, target, category, changes)
 
     # -- creating and updating ----------------------------------------------------------
 
@@ -203,37 +178,15 @@ class RestApi:
         if not parents:
             raise ApiError(NOT_FOUND, f"{target.parent_chain[-1]} '{'/'.join(parent_names)}'"
                                       " not found")
-        parent = parents[0]
-        name = data.get("name")
-        if not isinstance(name, str) or not name:
-            raise ApiError(UNPROCESSABLE, f"{target.category}: attribute 'name' is mandatory"
-                                          " (a non-empty string)")
-        if parent.child(target.category, name) is not None:
-            raise ApiError(CONFLICT, f"{parent.label} already has a {target.category}"
-                                     f" named '{name}'")
-        self._check(principal, Action.CREATE, parent, target.category)
-        created = await stored(parent, lambda: parent.create_child(target.category, data),
-                               target.category in NAMESPACE_CATEGORIES)
-        await wait_durable([created])
+        created = await management.create_child(parents[0], target.category, data, principal,
+                                                 self.permissions)
         return Reply(201, self.representer.represent(created, ViewOptions()),
                      {"Location": paths.url_of(created, path.version)})
 
     async def update(self, obj: ConfiguredObject, data: dict[str, Any],
                      principal: Principal) -> Reply:
         current = self.representer.represent(obj, ViewOptions())
-        derived = derived_attributes(type(obj))
-        children = {category.lower() + "s" for category in TREE.get(obj.category, ())}
-        changes: dict[str, Any] = {}
-        for key, value in data.items():
-            if key == "statistics" or (key in current and current[key] == value):
-                continue
-            if key == "id" or key in derived or key in children:
-                raise ApiError(UNPROCESSABLE, f"{obj.label}: attribute '{key}' cannot be changed")
-            changes[key] = value
-        self._check(principal, Action.UPDATE, obj, obj.category, changes)
-        if changes:
-            obj.set_attributes(changes)
-            await wait_durable([obj])
+        await management.update_object(obj, data, principal, self.permissions, current)
         return Reply(200, self.representer.represent(obj, ViewOptions()))
 
     # -- deleting -------------------------------------------------------------------------
@@ -253,14 +206,7 @@ class RestApi:
         if not found:
             raise ApiError(NOT_FOUND, f"{path.target.category} '{'/'.join(path.names)}'"
                                       " not found")
-        for obj in found:
-            self._check(principal, Action.DELETE, obj, obj.category)
-        for obj in found:
-            try:
-                await stored(obj, obj.delete, obj.category in NAMESPACE_CATEGORIES)
-            except BrokerError as exc:
-                raise from_broker_error(exc, configuration_status=CONFLICT) from None
-        await wait_durable(found)
+        await management.delete_objects(found, principal, self.permissions)
         return Reply(200)
 
     # -- operations ----------------------------------------------------------------------
@@ -268,21 +214,9 @@ class RestApi:
     async def invoke(self, path: paths.ApiPath, arguments: Mapping[str, Any],
                      principal: Principal, *, changes_allowed: bool) -> Reply:
         obj = self._one(path, principal, Action.READ)
-        name = path.operation or ""
-        found: Operation[Any] | None = declared_operations(type(obj)).get(name)
-        if found is None:
-            known = ", ".join(declared_operations(type(obj))) or "none"
-            raise ApiError(NOT_FOUND, f"{obj.label} has no operation '{name}'; known: {known}")
-        if found.changes and not changes_allowed:
-            raise ApiError(METHOD_NOT_ALLOWED, f"operation '{name}' changes the broker:"
-                                               " invoke it with POST")
-        self._check(principal, Action.INVOKE if found.changes else Action.READ, obj, obj.category)
-        result = await stored(obj, lambda: found.invoke(obj, arguments),
-                              found.changes and obj.category in NAMESPACE_CATEGORIES)
-        if inspect.isawaitable(result):         # an operation that waits (replayMessages)
-            result = await result
-        if found.changes:
-            await wait_durable([obj])
+        result = await management.invoke_operation(obj, path.operation or "", arguments,
+                                                   principal, self.permissions,
+                                                   changes_allowed=changes_allowed)
         if isinstance(result, Content):
             return Reply(200, result)
         if isinstance(result, ConfiguredObject):
@@ -309,63 +243,3 @@ def parse_object(body: bytes, *, allow_empty: bool = False) -> dict[str, Any]:
         raise ApiError(UNPROCESSABLE, "the request body must be a JSON object, not"
                                       f" {type(data).__name__}")
     return data
-
-
-#: categories whose objects live in a virtual host's namespace (declared, bound, deleted there)
-NAMESPACE_CATEGORIES = frozenset({"Queue", "Exchange"})
-T = TypeVar("T")
-
-
-async def stored(obj: ConfiguredObject, change: Callable[[], T], in_namespace: bool) -> T:
-    """Make ``change`` to a queue or exchange (``in_namespace``) once it is stored.
-
-    The namespace of ``obj``'s virtual host runs it through its configuration
-    store's writer (:meth:`~broker.messaging.namespace.Namespace.when_stored`):
-    the request waits, the event loop does not.  Other changes are made at once.
-    """
-    vhost = obj.ancestor("VirtualHost")
-    when_stored = getattr(getattr(vhost, "namespace", None), "when_stored", None)
-    if not in_namespace or when_stored is None:
-        return change()
-    done = anyio.Event()
-    outcome: list[tuple[Any, BrokerError | None, Any]] = []
-
-    def settled(result: Any, error: BrokerError | None) -> None:
-        # what the change journaled (a deleted queue's event) is in this group: noted now,
-        # before the loop hands it to the journal's writer
-        journal = getattr(vhost, "journal", None)
-        outcome.append((result, error, journal.pending if journal is not None else None))
-        done.set()
-
-    when_stored(change, settled)
-    if not outcome:                         # answered at once: no yield (see wait_durable)
-        await done.wait()
-    result, error, group = outcome[0]
-    if error is not None:
-        raise error
-    if group is not None:
-        await _durable(group)
-    return result  # type: ignore[no-any-return]
-
-
-async def wait_durable(objects: Iterable[ConfiguredObject]) -> None:
-    """Return once what these objects' virtual hosts journaled so far is on disk."""
-    journals: dict[int, Any] = {}
-    for obj in objects:
-        vhost = obj.ancestor("VirtualHost")
-        journal = getattr(vhost, "journal", None) if vhost is not None else None
-        if journal is not None:
-            journals[id(journal)] = journal
-    for journal in journals.values():
-        pending = journal.pending
-        if pending is not None:
-            await _durable(pending)
-
-
-async def _durable(group: Any) -> None:
-    """Wait for a journal group; 503 when it could not be made durable."""
-    done = anyio.Event()
-    group.when_durable(done.set)
-    await done.wait()
-    if group.error is not None:
-        raise ApiError(SERVICE_UNAVAILABLE, f"the change could not be made durable: {group.error}")

@@ -18,43 +18,30 @@ request that says it comes from another site (``Sec-Fetch-Site: cross-site``
 or ``same-site``) is refused whatever its credentials: a browser may replay
 Basic credentials it has cached.
 
-What an authenticated user may do is asked of a :class:`Permissions`
-object (Broker-J's AccessControl ``authorise``), the hook the ACL issue will
-fill.  Until then :class:`ManagementPermissions` applies, Broker-J's
-management permissions:
-
-* administrators (a User whose ``administrator`` attribute is true, see
-  :meth:`AuthenticationProvider.is_administrator`; everyone an Anonymous
-  provider lets in) may do everything;
-* other users manage what is inside the virtual hosts they may open (all,
-  or those their ``virtualHosts`` names) -- exchanges, queues, operations,
-  the connections that opened them -- but not the virtual host itself
-  (changing or deleting it);
-* they read the broker-level objects (broker, ports, providers, nodes) and
-  change none; of the users they see only themselves, and change only their
-  own password.
-
-An object's virtual host is its ancestor, or, for a connection and its
-sessions (children of a port), the virtual host the connection opened.
+What an authenticated user may do is asked of a
+:class:`~broker.model.permissions.Permissions` object, the one the AMQP 1.0
+management node asks too (:mod:`broker.model.permissions`; re-exported here).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import enum
 import secrets
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import cast
 
 import anyio
 
 from broker.errors import AuthenticationFailed
 from broker.model.authentication import AuthenticationProvider
 from broker.model.configured_object import ConfiguredObject
-from broker.model.runtime import virtual_host_of
+# the permission check is shared with the AMQP 1.0 management node: re-exported for mgmt
+from broker.model.permissions import OWN_USER_ATTRIBUTES as OWN_USER_ATTRIBUTES, \
+    Action as Action, ManagementPermissions as ManagementPermissions, \
+    Permissions as Permissions
 from broker.security.principal import Principal
 from broker.security.throttle import LoginThrottled
 
@@ -68,16 +55,6 @@ FOREIGN_SITES = frozenset({"cross-site", "same-site"})
 #: Broker-J's default HTTP session timeout
 SESSION_IDLE_TIMEOUT = 600.0
 REALM = "DeltaMQ"
-
-
-class Action(enum.Enum):
-    """What is asked (Broker-J's ``Operation``)."""
-
-    READ = "READ"
-    CREATE = "CREATE"
-    UPDATE = "UPDATE"
-    DELETE = "DELETE"
-    INVOKE = "INVOKE_METHOD"
 
 
 class NotAuthenticated(Exception):
@@ -94,54 +71,6 @@ class LoginBlocked(NotAuthenticated):
 
 class CsrfRefused(Exception):
     """A state-changing request a browser may have been tricked into sending (HTTP 403)."""
-
-
-class Permissions(Protocol):
-    """The permission check management asks before acting (to be filled by ACL rules)."""
-
-    def allowed(self, principal: Principal, action: Action, target: ConfiguredObject,
-                category: str, attributes: Collection[str] = ()) -> bool:
-        """May ``principal`` do ``action`` on ``target`` (for CREATE: the parent of a new
-        ``category`` object; for UPDATE, ``attributes`` names what would change)?"""
-        ...
-
-
-#: what users who are not administrators may change of their own User
-OWN_USER_ATTRIBUTES = frozenset({"password"})
-
-
-class ManagementPermissions:
-    """Broker-J's management permissions: administrators manage the broker, other users
-    the virtual hosts they may open (see the module docstring)."""
-
-    def allowed(self, principal: Principal, action: Action, target: ConfiguredObject,
-                category: str, attributes: Collection[str] = ()) -> bool:
-        provider = _provider_of(target, principal)
-        if provider is not None and provider.is_administrator(principal):
-            return True
-        if target.category == "User" or (action is Action.CREATE and category == "User"):
-            return action in (Action.READ, Action.UPDATE) and _is_own(target, principal) \
-                and (action is Action.READ or set(attributes) <= OWN_USER_ATTRIBUTES)
-        vhost = virtual_host_of(target)
-        if vhost is not None:
-            if target is vhost and action in (Action.UPDATE, Action.DELETE):
-                return False                    # the virtual host itself is the broker's
-            return provider is not None and provider.may_access(principal, str(vhost.name))
-        return action is Action.READ
-
-
-def _is_own(target: ConfiguredObject, principal: Principal) -> bool:
-    provider = target.parent
-    return target.category == "User" and target.name == principal.name \
-        and provider is not None and provider.name == principal.provider
-
-
-def _provider_of(target: ConfiguredObject, principal: Principal) -> AuthenticationProvider | None:
-    broker = target.ancestor("Broker")
-    if broker is None:
-        return None
-    found = broker.child("AuthenticationProvider", principal.provider)
-    return cast("AuthenticationProvider | None", found)
 
 
 @dataclass(slots=True)

@@ -32,6 +32,9 @@
 //   priority              a receiver without priority (credit N) and one with the link property
 //                         rabbitmq:priority 5 (credit N/2) on the address; N sent: which
 //                         receiver got each message, in order
+//   management            AMQP management (Broker-J's $management node): CREATE a queue
+//                         named --address, READ it and DELETE it by object-path; the answers
+//                         come on a receiver from $management whose target is the reply-to
 'use strict';
 
 const rhea = require('rhea');
@@ -250,6 +253,31 @@ const scenarios = {
     low.close(); high.close();
     conn.close();
     return { ...sent, order };
+  },
+
+  async management() {
+    const conn = await connect();
+    const replyTo = `rhea-replies-${process.pid}`;
+    const replies = await opened(conn.open_receiver({ source: { address: '$management' },
+      target: { address: replyTo }, autoaccept: true }), 'receiver');
+    const requests = await opened(conn.open_sender({ target: { address: '$management' } }), 'sender');
+    const ask = (id, properties, requestBody) => new Promise((resolve) => {
+      replies.once('message', (ctx) => resolve(ctx.message));
+      requests.send({ message_id: id, reply_to: replyTo, application_properties: properties, body: requestBody });
+    });
+    const queue = { type: 'org.apache.qpid.Queue' };
+    const created = await ask('create', { operation: 'CREATE', ...queue }, { name: a.address });
+    const path = { index: 'object-path', key: a.address, ...queue };
+    const read = await ask('read', { operation: 'READ', ...path });
+    const deleted = await ask('delete', { operation: 'DELETE', ...path });
+    const gone = await ask('read-again', { operation: 'READ', ...path });
+    requests.close();
+    replies.close();
+    conn.close();
+    const status = (m) => m.application_properties.statusCode;
+    return { create: status(created), read: status(read), read_name: read.body && read.body.name,
+      delete: status(deleted), read_after_delete: status(gone),
+      correlated: [created, read, deleted, gone].map((m) => m.correlation_id).join(',') };
   },
 };
 

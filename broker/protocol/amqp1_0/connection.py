@@ -93,6 +93,8 @@ class AmqpConnection10(OutputQueue):
         self.namespace: Any = None
         self.model: Any = None
         self.virtual_host_name = ""
+        #: the open's hostname (``$management``: the broker's management node, see .management)
+        self.hostname = ""
         self.client_properties: dict[str, Any] = {}
         self.remote_container_id = ""
         #: the largest frame the peer takes (its open's max-frame-size)
@@ -311,6 +313,7 @@ class AmqpConnection10(OutputQueue):
         self.client_properties = {str(k): v for k, v in (open_.properties or {}).items()}
         self.max_frame_size = min(open_.max_frame_size, 1 << 31)
         self.channel_max = min(open_.channel_max, self.host.channel_max)
+        self.hostname = str(open_.hostname or "")
         self.namespace = self._virtual_host(open_.hostname)
         self.virtual_host_name = self.namespace.vhost_name
         our_max = max(self.host.frame_max, MIN_MAX_FRAME_SIZE)

@@ -577,16 +577,20 @@ class SendingLink(LinkEndpoint10):
             self.credit = max(((their_count + flow.link_credit - self.delivery_count + 0x80000000)
                                & 0xFFFFFFFF) - 0x80000000, 0)
         self.drain = flow.drain
-        if self.browser is not None:
-            self.browser.browse()
-        elif self.queue is not None and not self.cancelled:
-            self.queue.dispatch()
+        self.fill()
         if self.drain and self.credit > 0:
             self.delivery_count = (self.delivery_count + self.credit) & 0xFFFFFFFF
             self.credit = 0
             self.send_flow(drain=True)
         elif flow.echo:
             self.send_flow()
+
+    def fill(self) -> None:
+        """Use the credit the peer gave: deliver what the queue holds (before a drain ends it)."""
+        if self.browser is not None:
+            self.browser.browse()
+        elif self.queue is not None and not self.cancelled:
+            self.queue.dispatch()
 
     def send_flow(self, **fields: Any) -> None:
         if not self.detached:

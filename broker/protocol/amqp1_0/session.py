@@ -119,6 +119,7 @@ class Session:
 
     def _attach(self, attach: Attach) -> None:
         from .links import ReceivingLink, SendingLink
+        from .management import management_link
 
         handle = attach.handle
         if handle > self.handle_max:
@@ -127,9 +128,12 @@ class Session:
         if handle in self.links:
             raise ProtocolFault(SessionErrorCondition.HANDLE_IN_USE, f"handle {handle} is in use", Scope.SESSION)
         # the peer's role: a sender attaches to the broker's receiving end, and the reverse
-        if not attach.role and isinstance(attach.target, Coordinator):
+        link: LinkEndpoint10 | None = management_link(self, attach)
+        if link is not None:
+            pass
+        elif not attach.role and isinstance(attach.target, Coordinator):
             from .coordinator import CoordinatorLink     # a transaction controller (spec 4.2)
-            link: LinkEndpoint10 = CoordinatorLink(self, attach)
+            link = CoordinatorLink(self, attach)
         else:
             link = SendingLink(self, attach) if attach.role else ReceivingLink(self, attach)
         self.links[handle] = link
