@@ -103,7 +103,7 @@ class ManagementLink(ReceivingLink):
             self.credit = LINK_CREDIT
             self.send_flow()
 
-    def _publish(self, delivery_id: int, settled: bool, payload: bytes) -> None:
+    def _publish(self, delivery_id: int, settled: bool, payload: bytes, state: Any = None) -> None:
         connection = self.connection
         connection.messages_received += 1
         try:
