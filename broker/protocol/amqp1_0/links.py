@@ -39,6 +39,7 @@ from .addresses import Destination, resolve_source, resolve_target
 from .conditions import AmqpErrorCondition, LinkErrorCondition, ProtocolFault, Scope, error_of
 from .definitions import (Accepted, Attach, Coordinator, Detach, Disposition, Error, Flow, Modified, Rejected,
                           Released, Source, Target, Transfer)
+from .delivery_frames import transfer_frame
 from .framing import transfer_frames
 from .sections import MessageSections
 from .values import Described, Symbol
@@ -462,9 +463,14 @@ class SendingLink(LinkEndpoint10):
         delivery_id = session.take_delivery_id()
         payload = transfer_payload(entry.message, delivery_count=entry.delivery_count,
                                    first_acquirer=entry.delivery_count == 0)
-        transfer = Transfer(handle=self.handle, delivery_id=delivery_id, delivery_tag=_TAG.pack(delivery_id),
-                            message_format=0, settled=self.no_ack)
-        frames = transfer_frames(session.channel, transfer, payload, self.connection.max_frame_size)
+        frame = transfer_frame(session.channel, self.handle, delivery_id, self.no_ack, payload,
+                               self.connection.max_frame_size)
+        if frame is not None:
+            frames = [frame]
+        else:
+            transfer = Transfer(handle=self.handle, delivery_id=delivery_id, delivery_tag=_TAG.pack(delivery_id),
+                                message_format=0, settled=self.no_ack)
+            frames = transfer_frames(session.channel, transfer, payload, self.connection.max_frame_size)
         self.credit -= 1
         self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
         if not self.no_ack:
