@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: credit a receiving link grants, renewed once half of it is used
-LINK_CREDIT = 256
+LINK_CREDIT = 1000
 SELECTOR_DESCRIPTORS = ("apache.org:selector-filter:string", 0x0000468C00000004)
 _TAG = struct.Struct(">Q")
 

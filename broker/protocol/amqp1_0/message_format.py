@@ -190,9 +190,8 @@ def message_from_transfer(payload: bytes, *, exchange: str, routing_key: str, ar
     payload = bytes(payload)
     usual = split_as_received(payload)
     if usual is not None:
-        native, body, section, header = usual
-        return Message(exchange=exchange, routing_key=routing_key, body=body,
-                       properties=light_properties(section, header), native=native, format=FORMAT,
+        return Message(exchange=exchange, routing_key=routing_key, body=usual[1],
+                       properties=light_properties(usual[2], usual[3]), native=usual[0], format=FORMAT,
                        arrival=arrival)
     spans = split_sections(payload)
     metadata: list[bytes] = []

@@ -149,3 +149,25 @@ def test_the_sasl_phase_still_reads_frame_by_frame() -> None:
     assert frame is not None and frame.type == TYPE_SASL
     reader.expect_header()
     assert reader.bodies(b"") == [] and reader.next_header() == b"AMQP\x00\x01\x00\x00"
+
+
+USUAL_TRANSFERS = [Transfer(handle=0, delivery_id=0, delivery_tag=b"", message_format=0, settled=False),
+                   Transfer(handle=3, delivery_id=255, delivery_tag=b"1", message_format=0, settled=True),
+                   Transfer(handle=0x10000, delivery_id=0xFFFFFFFF, delivery_tag=b"t" * 32, message_format=0x80013700,
+                            settled=False, more=True),
+                   Transfer(handle=1, delivery_id=7, delivery_tag=b"\x00\x00\x00\x07"),
+                   Transfer(handle=1, delivery_id=7, delivery_tag=b"ab", message_format=0)]
+
+
+@pytest.mark.parametrize("transfer", USUAL_TRANSFERS)
+def test_the_usual_transfers_take_the_fast_path_and_decode_alike(transfer: Transfer) -> None:
+    from broker.protocol.amqp1_0.incoming_frames import _usual_transfer
+
+    body = encode_frame(transfer, 0, b"\x00\x53\x75\xa0\x01x")[8:]
+    fast_path = _usual_transfer(body)
+    assert fast_path is not None and same(fast_path, generic(TYPE_AMQP, 0, body))
+    for cut in range(len(body)):
+        agree(TYPE_AMQP, body[:cut])
+    for i in range(3, len(body) - 6):                  # every octet of the performative altered
+        for flip in (0x00, 0x40, 0x41, 0x52, 0x70, 0xa0, 0xff):
+            agree(TYPE_AMQP, body[:i] + bytes((flip,)) + body[i + 1:])
