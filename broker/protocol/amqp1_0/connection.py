@@ -376,7 +376,7 @@ class AmqpConnection10(OutputQueue):
     def write_frames(self, frames: list[bytes]) -> None:
         wake = not self._out
         self._out.extend(frames)
-        self._out_bytes += sum(len(f) for f in frames)
+        self._out_bytes += sum(map(len, frames))
         if wake:
             self.on_output()
 
