@@ -144,24 +144,18 @@ def _usual_transfer(body: bytes) -> tuple[Performative, bytes] | None:
     tag = body[o + 2:tag_end]
     o = tag_end
     message_format: int | None = None
-    settled: bool | None = None
-    more = False
     if count > 3:
         message_format, o = _uint(body, o, e)
         if o < 0:
             return None
-    if count > 4:
+    flags: list[bool | None] = [None, False]          # settled, more
+    for i in range(count - 4):
         flag = _boolean(body, o, e)
         if flag < 0:
             return None
-        settled = flag == 1
+        flags[i] = flag == 1
         o += 1
-    if count > 5:
-        flag = _boolean(body, o, e)
-        if flag < 0:
-            return None
-        more = flag == 1
-        o += 1
+    settled, more = flags
     if o != e:
         return None
     m = new(Transfer)
@@ -171,7 +165,7 @@ def _usual_transfer(body: bytes) -> tuple[Performative, bytes] | None:
     s[2](m, tag)
     s[3](m, message_format)
     s[4](m, settled)
-    s[5](m, more)
+    s[5](m, bool(more))
     s[6](m, None)
     s[7](m, None)
     s[8](m, False)
