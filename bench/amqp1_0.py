@@ -15,10 +15,11 @@ rabbitmq_amqp1_0 plugin, bench/rabbitmq_amqp1_0.py).  The load is
 bench/amqp1_0_load.py's.  Targets for DeltaMQ: delivered msg/s >= 1.0x the faster
 peer, p99 <= 10 ms at half its peak rate.
 
-DeltaMQ is measured only if its port speaks AMQP 1.0: the suite sends the 1.0
-header and, when the broker answers with another protocol's header, reports
-DeltaMQ as skipped and why -- so the same command measures it once its 1.0
-engine lands.  Writes bench/results/amqp1-<time>.{json,md} and amqp1-latest.*.
+DeltaMQ's port serves AMQP 1.0 beside 0-9-1 (header detection); the suite
+still sends the 1.0 header first and reports DeltaMQ as skipped, and why, if
+its port answers with another protocol's (a build without the 1.0 engine).
+Writes bench/results/amqp1-<time>.{json,md} and amqp1-latest.*; the figures
+and how to read them: docs/amqp-1-0-benchmarks.md.
 """
 
 from __future__ import annotations

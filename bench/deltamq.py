@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -49,12 +50,15 @@ class DeltaMQ(procutil.ManagedBroker):
 
         The console script, as a user runs it.  Before ``make install`` has
         created it, fall back to ``.venv/bin/python -m broker.cli`` from the
-        repository (same entry point, said in the log).
+        repository (same entry point, said in the log); in a checkout without a
+        ``.venv`` (a git worktree), to the interpreter running the benchmark.
         """
         env = dict(os.environ)
         if os.path.exists(self.exe):
             return [self.exe], env
         py = REPO / ".venv" / "bin" / "python"
+        if not py.exists():
+            py = Path(sys.executable)       # a worktree without its own venv: the benchmark's interpreter
         if self.exe == str(DEFAULT_EXE) and py.exists() and (REPO / "broker" / "cli.py").exists():
             env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
             return [str(py), "-m", "broker.cli"], env

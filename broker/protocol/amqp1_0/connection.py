@@ -42,8 +42,8 @@ from .composite import Performative
 from .conditions import (AmqpErrorCondition, ConnectionErrorCondition, ProtocolFault, Scope, error_of)
 from .definitions import (MIN_MAX_FRAME_SIZE, Begin, Close, End, Error, Open, SaslCode, SaslInit,
                           SaslMechanisms, SaslOutcome)
-from .framing import AMQP_HEADER, EMPTY_FRAME, SASL_HEADER, TYPE_AMQP, TYPE_SASL, FrameReader, FramingError, \
-    encode_frame
+from .framing import AMQP_HEADER, EMPTY_FRAME, SASL_HEADER, TYPE_AMQP, TYPE_SASL, FramingError, encode_frame
+from .incoming_frames import BodyReader, performative_of
 from .values import DecodeError, Symbol
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ class AmqpConnection10(OutputQueue):
         self.state = State.AWAITING_SASL_INIT
         self.on_output: Callable[[], None] = lambda: None
         self.on_event: Callable[[EngineEvent], None] = lambda event: None
-        self._reader = FrameReader(MIN_MAX_FRAME_SIZE)
+        self._reader = BodyReader(MIN_MAX_FRAME_SIZE)
         self._init_output()
         self.closed = False
         self.close_reason = ""
@@ -261,15 +261,15 @@ class AmqpConnection10(OutputQueue):
 
     # -- AMQP frames -------------------------------------------------------------------------
     def _amqp_frames(self, data: bytes) -> None:
-        for frame in self._reader.feed(data):
+        for frame_type, channel, body in self._reader.bodies(data):
             if self.state is State.CLOSED:
                 return
-            if frame.empty:
+            if not body:
                 continue                      # a heartbeat
-            if frame.type != TYPE_AMQP:
-                raise DecodeError(f"frame of type 0x{frame.type:02x} after the SASL exchange", 0)
-            performative, payload = frame.performative()
-            self._performative(frame.channel, performative, payload)
+            if frame_type != TYPE_AMQP:
+                raise DecodeError(f"frame of type 0x{frame_type:02x} after the SASL exchange", 0)
+            performative, payload = performative_of(frame_type, channel, body)
+            self._performative(channel, performative, payload)
 
     def _performative(self, channel: int, performative: Performative, payload: bytes) -> None:
         kind = type(performative)
@@ -382,7 +382,7 @@ class AmqpConnection10(OutputQueue):
     def write_frames(self, frames: list[bytes]) -> None:
         wake = not self._out
         self._out.extend(frames)
-        self._out_bytes += sum(len(f) for f in frames)
+        self._out_bytes += sum(map(len, frames))
         if wake:
             self.on_output()
 

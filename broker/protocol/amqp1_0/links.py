@@ -43,6 +43,7 @@ from .browsing import QueueBrowser, is_browser
 from .conditions import AmqpErrorCondition, LinkErrorCondition, ProtocolFault, Scope, error_of
 from .definitions import (Accepted, Attach, Coordinator, Detach, Disposition, Error, Flow, Modified, Rejected,
                           Released, Source, Target, TransactionalState, Transfer)
+from .delivery_frames import transfer_frame
 from .dynamic_nodes import answer_target, dynamic_source_fields, make_dynamic_node, needs_node
 from .framing import transfer_frames
 from .sections import MessageSections
@@ -67,7 +68,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: credit a receiving link grants, renewed once half of it is used
-LINK_CREDIT = 256
+LINK_CREDIT = 1000
 _TAG = struct.Struct(">Q")
 #: bytes of a frame outside the attach: the frame header and room for incomplete-unsettled
 _ATTACH_FRAME_SLACK = 16
@@ -552,9 +553,14 @@ class SendingLink(LinkEndpoint10):
         payload = transfer_payload(entry.message, delivery_count=entry.delivery_count,
                                    first_acquirer=entry.delivery_count == 0)
         tag = self._tag_prefix + _TAG.pack(delivery_id)
-        transfer = Transfer(handle=self.handle, delivery_id=delivery_id, delivery_tag=tag,
-                            message_format=0, settled=self.no_ack)
-        frames = transfer_frames(session.channel, transfer, payload, self.connection.max_frame_size)
+        frame = transfer_frame(session.channel, self.handle, delivery_id, tag, self.no_ack, payload,
+                               self.connection.max_frame_size)
+        if frame is not None:
+            frames = [frame]
+        else:
+            transfer = Transfer(handle=self.handle, delivery_id=delivery_id, delivery_tag=tag,
+                                message_format=0, settled=self.no_ack)
+            frames = transfer_frames(session.channel, transfer, payload, self.connection.max_frame_size)
         self.credit -= 1
         self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
         if not self.no_ack:

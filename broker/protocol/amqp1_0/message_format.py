@@ -39,9 +39,10 @@ from broker.messaging.message_format import AMQP_1_0, register
 
 from .convert import (AMQP_SECTIONS_TYPE, header_from_view, is_sections_body, maps_from_view,
                       properties_from_view, view_from_sections)
-from .decoding import decode
 from .definitions import ApplicationProperties, Header, MessageAnnotations
+from .delivery_frames import payload_as_received, received_header
 from .encoding import encode
+from .message_arrival import light_properties, split_as_received
 from .sections import (AMQP_SEQUENCE, AMQP_VALUE, APPLICATION_PROPERTIES, DATA, DELIVERY_ANNOTATIONS, FOOTER,
                        HEADER, MESSAGE_ANNOTATIONS, PROPERTIES, MessageSections, split_sections)
 from .values import DecodeError
@@ -187,6 +188,11 @@ def message_from_transfer(payload: bytes, *, exchange: str, routing_key: str, ar
     data, one or more amqp-sequence, or one amqp-value section).
     """
     payload = bytes(payload)
+    usual = split_as_received(payload)
+    if usual is not None:
+        return Message(exchange=exchange, routing_key=routing_key, body=usual[1],
+                       properties=light_properties(usual[2], usual[3]), native=usual[0], format=FORMAT,
+                       arrival=arrival)
     spans = split_sections(payload)
     metadata: list[bytes] = []
     body_spans = []
@@ -198,7 +204,7 @@ def message_from_transfer(payload: bytes, *, exchange: str, routing_key: str, ar
         elif code != DELIVERY_ANNOTATIONS:
             metadata.append(payload[span.start:span.end])
             if code == HEADER:
-                header = decode(payload, span.start, span.end)[0]
+                header = received_header(metadata[-1])
     if not body_spans:
         raise DecodeError("message has no body section (data, amqp-sequence or amqp-value)", len(payload))
     kind = body_spans[0].code
@@ -234,6 +240,10 @@ def transfer_payload(message: Message, *, delivery_count: int, first_acquirer: b
     annotations = message.annotations
     if message.format is FORMAT:
         native = message.received_native() or FORMAT.encode(message.bare_properties())
+        if annotations is None:
+            fast = payload_as_received(native, message.body, delivery_count, first_acquirer)
+            if fast is not None:
+                return fast
         _, sections = _metadata(native)
         header = sections.header
         if header is not None:

@@ -1,0 +1,170 @@
+"""Fast paths of a delivery to a 1.0 consumer: its transfer frame and its payload.
+
+Every message a consumer receives costs one transfer frame and one payload;
+the generic codec builds a :class:`~.definitions.Transfer` and encodes it
+field by field, and :func:`~.message_format.transfer_payload` splits the
+message's metadata into sections and re-encodes its header.  These functions
+write the same bytes directly, for the cases that are nearly all of them:
+
+- :func:`transfer_frame` -- a delivery that fits one frame, with the fields
+  :class:`~.links.SendingLink` sets (handle, delivery-id, a delivery-tag of at most
+  32 octets, message-format 0, settled);
+- :func:`payload_as_received` -- a 1.0 message kept as received with its body
+  in one data section and no broker annotations: the metadata sections are
+  copied, the header is rewritten (``delivery-count``, ``first-acquirer``)
+  through a small cache of the rewrites seen.
+
+Each returns None where it does not apply (a larger message, another layout,
+metadata it does not recognise), and the caller takes the generic path.  The
+output is byte for byte what the generic path writes: the tests compare them
+(tests/unit/protocol/amqp1_0/test_delivery_frames.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from struct import Struct
+from typing import Final
+
+from .decoding import decode, skip
+from .definitions import Header
+from .encoding import FALSE, TRUE, enc_uint, encode
+from .values import DecodeError
+
+__all__ = ["transfer_frame", "payload_as_received", "received_header", "TAG"]
+
+_FRAME_HEADER: Final = Struct(">IBBH").pack
+#: a delivery id as 8 octets (the tests' delivery tag)
+TAG: Final = Struct(">Q").pack
+_TRANSFER: Final = b"\x00\x53\x14\xc0"       # descriptor of transfer, then a list8
+_VBIN8_CODE: Final = 0xa0
+_FORMAT_0: Final = b"\x43"                   # message-format 0 as uint0
+#: everything but handle, id and tag: frame header, descriptor, list8 size and count,
+#: the tag's constructor and length, message-format, settled
+_FIXED: Final = 8 + len(_TRANSFER) + 2 + 2 + 1 + 1
+#: the spec's limit on a delivery tag (2.8.7): its vbin8 keeps the list8 small
+_TAG_MAX: Final = 32
+
+
+def transfer_frame(channel: int, handle: int, delivery_id: int, tag: bytes, settled: bool, payload: bytes,
+                   max_frame_size: int) -> bytes | None:
+    """The one transfer frame of a delivery (``more`` false), or None when it needs more frames
+    (or the tag is longer than the spec allows).
+
+    The same bytes as ``transfer_frames(channel, Transfer(handle=handle,
+    delivery_id=delivery_id, delivery_tag=tag, message_format=0,
+    settled=settled), payload, max_frame_size)[0]``.
+    """
+    h = enc_uint(handle)
+    d = enc_uint(delivery_id)
+    t = len(tag)
+    size = _FIXED + len(h) + len(d) + t + len(payload)
+    if size > max_frame_size or t > _TAG_MAX:
+        return None
+    return b"".join((_FRAME_HEADER(size, 2, 0, channel), _TRANSFER,
+                     bytes((len(h) + len(d) + 2 + t + 3, 5)), h, d, bytes((_VBIN8_CODE, t)), tag,
+                     _FORMAT_0, TRUE if settled else FALSE, payload))
+
+
+# -- the payload of a message kept as received ------------------------------------------------
+
+_VBIN8: Final = 0xa0
+_VBIN32: Final = 0xb0
+_HEADER_CODE: Final = Header.CODE
+#: the metadata sections that may follow the header, in their order (spec 3.2), and the
+#: constructors their values may have: message-annotations, properties, application-properties, footer
+_AFTER_HEADER: Final = {0x72: frozenset((0xc1, 0xd1)), 0x73: frozenset((0x45, 0xc0, 0xd0)),
+                        0x74: frozenset((0xc1, 0xd1)), 0x78: frozenset((0xc1, 0xd1))}
+_FOOTER: Final = 0x78
+_DATA_HEADER: Final = b"\x00\x53\x75"
+_U32: Final = Struct(">I").pack
+
+#: header section as received -> its value (a frozen Header: shared safely)
+_HEADERS: dict[bytes, Header] = {}
+_HEADERS_MAX: Final = 4096
+
+
+def received_header(section: bytes) -> Header:
+    """The value of a header section (``section``: descriptor included, as split_sections found
+    it), from a cache of the header sections seen; the codec's DecodeError when malformed."""
+    value = _HEADERS.get(section)
+    if value is None:
+        value = decode(section)[0]
+        if type(value) is not Header:
+            raise DecodeError("a header section that is not a header", 0)
+        if len(_HEADERS) >= _HEADERS_MAX:
+            _HEADERS.clear()
+        _HEADERS[section] = value
+    return value
+
+
+#: (header section as received, delivery-count, first-acquirer) -> the header section to send
+_REHEADERS: dict[tuple[bytes, int, bool], bytes] = {}
+_REHEADERS_MAX: Final = 4096
+
+
+def _rewritten_header(header: bytes, delivery_count: int, first_acquirer: bool) -> bytes:
+    key = (header, delivery_count, first_acquirer)
+    out = _REHEADERS.get(key)
+    if out is None:
+        if header:
+            value = received_header(header)
+            out = encode(dataclasses.replace(value, delivery_count=delivery_count, first_acquirer=first_acquirer))
+        elif delivery_count or first_acquirer:
+            out = encode(Header(delivery_count=delivery_count, first_acquirer=first_acquirer))
+        else:
+            out = b""
+        if len(_REHEADERS) >= _REHEADERS_MAX:
+            _REHEADERS.clear()
+        _REHEADERS[key] = out
+    return out
+
+
+def payload_as_received(native: bytes, body: bytes, delivery_count: int, first_acquirer: bool) -> bytes | None:
+    """The transfer payload of a 1.0 message kept as (``native``, ``body``), without broker
+    annotations, whose body is one data section; None for anything else.
+
+    ``native`` is the layout octet and the metadata sections as received
+    (:mod:`.message_format`): header, message-annotations, properties,
+    application-properties, footer, each optional, in that order.  The payload
+    is the header with ``delivery_count`` and ``first_acquirer`` set, the
+    sections up to the footer as they are, the body as a data section, the
+    footer.
+    """
+    if not native:
+        return None
+    layout = native[0]
+    if layout != _VBIN8 and layout != _VBIN32:
+        return None
+    end = len(native)
+    o = 1
+    try:
+        header = b""
+        if native.startswith(b"\x00\x53\x70", 1):
+            if end <= 4 or native[4] not in (0x45, 0xc0, 0xd0):
+                return None
+            o = skip(native, 4, end)
+            header = native[1:o]
+        start = o
+        footer = end
+        last = _HEADER_CODE
+        while o < end:
+            if o + 4 > end or native[o] != 0x00 or native[o + 1] != 0x53:
+                return None                             # a symbolic descriptor, or not a section
+            code = native[o + 2]
+            allowed = _AFTER_HEADER.get(code)
+            if allowed is None or code <= last or native[o + 3] not in allowed:
+                return None
+            last = code
+            if code == _FOOTER:
+                footer = o
+            o = skip(native, o + 3, end)
+        new_header = _rewritten_header(header, delivery_count, first_acquirer)
+    except DecodeError:
+        return None                                     # the generic path says what is wrong
+    size = len(body)
+    if layout == _VBIN8 and size <= 255:
+        data = (_DATA_HEADER, b"\xa0", bytes((size,)))
+    else:
+        data = (_DATA_HEADER, b"\xb0", _U32(size))
+    return b"".join((new_header, native[start:footer], *data, body, native[footer:]))

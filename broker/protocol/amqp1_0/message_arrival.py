@@ -1,0 +1,110 @@
+"""The fast path of a message's arrival: the payload of the usual shape split without SectionSpans.
+
+Nearly every 1.0 message is ``header? message-annotations? properties?
+application-properties? data footer?`` -- one data section, no delivery
+annotations.  :func:`~.message_format.message_from_transfer` keeps such a
+message as its *native* metadata (the layout octet, then every section but the
+body as received) and its *body* (the data section's content).
+:func:`split_as_received` finds both with one pass of checks over the payload
+and decodes the header through a cache of the header sections seen; for any
+other shape (several data sections, amqp-value or amqp-sequence bodies,
+delivery annotations, symbolic descriptors, anything malformed) it returns
+None and the generic path decides -- and says what is wrong.  The result is
+the generic path's on the same bytes (tests/unit/protocol/amqp1_0/test_message_arrival.py).
+"""
+
+from __future__ import annotations
+
+from struct import Struct
+from typing import Final
+
+from broker.messaging.message import MessageProperties
+
+from .decoding import skip
+from .delivery_frames import received_header
+from .definitions import Header
+from .values import DecodeError
+
+__all__ = ["split_as_received", "light_properties"]
+
+_U32: Final = Struct(">I").unpack_from
+_LISTS: Final = frozenset((0x45, 0xc0, 0xd0))
+_MAPS: Final = frozenset((0xc1, 0xd1))
+_HEADER: Final = b"\x00\x53\x70"
+_DATA: Final = 0x75
+_FOOTER: Final = b"\x00\x53\x78"
+#: the sections that may come between the header and the body, in their order, and the
+#: constructors their values may have: message-annotations, properties, application-properties
+_BEFORE_BODY: Final = {0x72: _MAPS, 0x73: _LISTS, 0x74: _MAPS}
+
+_NO_HEADER: Final = MessageProperties()
+#: header section -> the properties a Message reads its persistence, priority and expiry from
+_LIGHT: dict[bytes, MessageProperties] = {}
+_LIGHT_MAX: Final = 4096
+
+
+def light_properties(section: bytes, header: Header | None) -> MessageProperties:
+    """The properties :class:`~broker.messaging.message.Message` reads (delivery mode, priority,
+    expiration) of a header, cached by its section's bytes.
+
+    A Message made from native bytes reads these and keeps nothing of them, so
+    one instance serves every message with that header: nobody may change it.
+    """
+    if header is None:
+        return _NO_HEADER
+    light = _LIGHT.get(section)
+    if light is None:
+        light = MessageProperties(delivery_mode=2 if header.durable else 1, priority=header.priority,
+                                  expiration=None if header.ttl is None else str(header.ttl))
+        if len(_LIGHT) >= _LIGHT_MAX:
+            _LIGHT.clear()
+        _LIGHT[section] = light
+    return light
+
+
+def split_as_received(payload: bytes) -> tuple[bytes, bytes, bytes, Header | None] | None:
+    """``(native, body, header section, header)`` of a payload of the usual shape, else None."""
+    end = len(payload)
+    o = 0
+    header = None
+    section = b""
+    try:
+        if payload.startswith(_HEADER):
+            if end <= 3 or payload[3] not in _LISTS:
+                return None
+            o = skip(payload, 3, end)
+            section = payload[:o]
+            header = received_header(section)
+        last = 0x70
+        while True:
+            if o + 4 > end or payload[o] != 0x00 or payload[o + 1] != 0x53:
+                return None
+            code = payload[o + 2]
+            if code == _DATA:
+                break
+            allowed = _BEFORE_BODY.get(code)
+            if allowed is None or code <= last or payload[o + 3] not in allowed:
+                return None
+            last = code
+            o = skip(payload, o + 3, end)
+        data = o
+        constructor = payload[o + 3]
+        if constructor == 0xa0:
+            if o + 5 > end:
+                return None
+            value, stop = o + 5, o + 5 + payload[o + 4]
+        elif constructor == 0xb0:
+            if o + 8 > end:
+                return None
+            value = o + 8
+            stop = value + _U32(payload, o + 4)[0]
+        else:
+            return None
+        if stop > end:
+            return None
+        if stop < end and (not payload.startswith(_FOOTER, stop) or stop + 4 > end
+                           or payload[stop + 3] not in _MAPS or skip(payload, stop + 3, end) != end):
+            return None
+    except DecodeError:
+        return None
+    return bytes((constructor,)) + payload[:data] + payload[stop:], payload[value:stop], section, header
