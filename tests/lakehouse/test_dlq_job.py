@@ -358,6 +358,20 @@ def test_a_batch_written_twice_adds_its_rows_once(spark: Any, broker: DeltaMQPro
     assert len(curated(job, "dead_letter_queue, state")) == 2
 
 
+def test_a_checkpoint_of_another_journal_is_refused(spark: Any, broker: DeltaMQProcess, tmp_path: Path) -> None:
+    """A data directory made afresh has a new journal table: its versions are not the checkpoint's."""
+    from lakehouse.dlq import JobFailed
+
+    text = policy_text("x", tmp_path / "curated")
+    job = make_job(spark, broker, text, tmp_path / "checkpoint")
+    job.run_once()
+    saved = Progress.load(tmp_path / "checkpoint")
+    assert saved is not None and saved.version == job.done >= 0
+    Progress("another-journal", saved.version).save(tmp_path / "checkpoint")
+    with pytest.raises(JobFailed, match="follows another journal table"):
+        make_job(spark, broker, text, tmp_path / "checkpoint").run_once()
+
+
 def test_curated_dead_letters_leave_their_queue_acknowledged_by_the_job(spark: Any, broker: DeltaMQProcess,
                                                                       tmp_path: Path) -> None:
     """Policy ``settle`` (the default): once curated, a dead letter is taken out of its dead-letter queue."""
