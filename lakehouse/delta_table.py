@@ -87,7 +87,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.schema import Field as DeltaField
-from deltalake.transaction import PostCommitHookProperties
+from deltalake.transaction import CommitProperties, PostCommitHookProperties, Transaction
 
 from broker import __version__
 
@@ -651,3 +651,30 @@ def add_missing_columns(table: AppendOnlyTable) -> list[str]:
     handle.alter.add_columns([DeltaField.from_arrow(field) for field in missing])
     table.open()                                # re-read the version the commit made
     return [field.name for field in missing]
+
+
+def append_once(location: Location, rows: pa.Table, app_id: str, version: int, *,
+                storage_options: dict[str, str] | None = None) -> bool:
+    """Append ``rows`` in one commit recording the transaction (``app_id``, ``version``); whether it did.
+
+    Delta's idempotent writes, as Delta Spark's ``txnAppId``/``txnVersion``
+    make them: nothing is written when the table already records ``version``
+    or a later one for ``app_id`` (delta-rs records the ``txn`` action but does
+    not check it: this does, so one writer per ``app_id``).  Any Delta table
+    delta-rs writes, not only the broker's; its checkpoints follow the table's
+    ``delta.checkpointInterval`` (delta-rs's post-commit hook).
+    """
+    handle = open_delta(str(location), storage_options=storage_options)
+    done = handle.transaction_version(app_id)
+    if done is not None and done >= version:
+        return False
+    write_deltalake(handle, rows, mode="append", commit_properties=CommitProperties(
+        app_transactions=[Transaction(app_id, version, int(time.time() * 1000))]))
+    return True
+
+
+def transaction_version(location: Location, app_id: str, *,
+                        storage_options: dict[str, str] | None = None) -> int | None:
+    """The latest version the Delta table at ``location`` records for transaction ``app_id`` (None: none)."""
+    version = open_delta(str(location), storage_options=storage_options).transaction_version(app_id)
+    return None if version is None else int(version)

@@ -1,22 +1,40 @@
-"""The dead-letter processor: a Structured Streaming job over a node's journal.
+"""The dead-letter processor: a micro-batch job that follows a node's journal.
 
 ``deltamq spark dlq`` (:mod:`lakehouse.dlq_command`) runs :class:`DeadLetterJob`.
-It reads the journal as a Delta stream (append-only, so every row once per
-checkpoint) and, in each micro-batch (``foreachBatch``):
+Every ``--interval`` it takes the journal's new commits (or, with
+``--once``, every commit not yet handled) as one micro-batch:
 
 1. finds the dead letters: ``enqueue`` rows of the policy's dead-letter
-   queues, joined to the row that stores the message (its body, properties,
-   and headers -- ``x-death`` among them; a dead-lettered copy is a new message,
-   stored with its first enqueue, in the same journal commit);
+   queues, with the row that stores the message (its body, properties, and
+   headers -- ``x-death`` among them; a dead-lettered copy is a new message,
+   stored with its first enqueue, in the same journal commit).  The commits
+   are read with pyarrow from the files they appended
+   (:mod:`lakehouse.dlq_journal`): a micro-batch costs milliseconds, not the
+   seconds of a Spark job over one small file per broker commit;
 2. classifies each (:mod:`lakehouse.dlq_policy`) and appends one row per dead
-   letter into the *curated* Delta table, keyed by (node, vhost, message_id):
-   a replayed micro-batch inserts nothing;
-3. republishes the curated rows whose decision is ``republish`` and whose
-   backoff has passed (the *due pass*), whatever batch they came from.
+   letter into the *curated* Delta table, keyed by (node, vhost, message_id),
+   with delta-rs, in one commit that also records the Delta transaction
+   (``deltamq-dlq:<node>:<journal id>``, the batch's last journal version):
+   the rows and the job's progress are committed together;
+3. takes them out of their dead-letter queues (policy ``settle``) and saves
+   its progress in the checkpoint directory.
 
-The due pass also runs after the stream in ``--once`` mode and every
-interval in continuous mode, so a dead letter still backing off is
-republished by a later trigger or run, without new journal rows.
+The *due pass* republishes the curated rows whose decision is ``republish``
+and whose backoff has passed, whatever batch they came from (Spark SQL over
+the curated table, and a Delta ``MERGE`` for each change of state): after
+``--once``'s batches, and every interval in continuous mode, in a thread of
+its own so that its Spark work never holds up a batch.  A dead letter still
+backing off is republished by a later pass or run, without new journal rows.
+
+Restarts neither miss nor duplicate a dead letter.  A run resumes after the
+version its checkpoint saved.  A crash after a batch's curated commit and
+before its checkpoint is saved leaves the table's transaction version ahead
+of the checkpoint: that stretch is read again, its dead letters counted as
+already curated (not classified again) and settled.  Without a checkpoint
+the table's transaction version is the start; without either (a first run,
+or a table an older job wrote), the whole journal is read and checked
+against the table by (vhost, message_id), as is a stretch whose commits the
+journal's log no longer holds.
 
 Republishing is idempotent across restarts.  Each curated row has a
 deterministic ``republish_id`` (node, vhost, the dead letter's journal id:
@@ -39,27 +57,31 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+import pyarrow as pa
+
 from broker.messaging.message_format import format_for
 from broker.messaging.records import from_json_value, to_json_value
+from lakehouse.delta_table import append_once, transaction_version
+from lakehouse.delta_versions import query_table
+from lakehouse.dlq_journal import ArrivedDeadLetter, JournalFollower, JournalGone, Progress
 from lakehouse.dlq_policy import (DROP, PARK, REPUBLISH, REPUBLISH_ID_HEADER, Decision, Policy,
                                   classify, decide)
 from lakehouse.dlq_republish import Republisher, RepublishRefused, basic_properties
-from lakehouse.journal_schema import ENQUEUE, FORMAT_SQL, NATIVE_SQL
-from lakehouse.spark import stream_journal
+from lakehouse.journal_schema import ENQUEUE, TIMESTAMP
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Row, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
 
-__all__ = ["DeadLetterJob", "CURATED_SCHEMA", "RunSummary", "STATES"]
+__all__ = ["DeadLetterJob", "CURATED_SCHEMA", "CURATED_ARROW_SCHEMA", "RunSummary", "STATES", "JobFailed"]
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +109,19 @@ CURATED_SCHEMA: Final = ", ".join([
     "publishing_at TIMESTAMP", "republished_at TIMESTAMP",
 ])
 
+_ARROW_TYPES: Final = {"STRING": pa.string(), "BIGINT": pa.int64(), "INT": pa.int32(), "BINARY": pa.binary(),
+                       "TIMESTAMP": TIMESTAMP, "MAP<STRING, STRING>": pa.map_(pa.string(), pa.string())}
+#: the same in Arrow: what delta-rs appends
+CURATED_ARROW_SCHEMA: Final = pa.schema([
+    pa.field(name, _ARROW_TYPES[kind.removesuffix(" NOT NULL")], nullable=not kind.endswith(" NOT NULL"))
+    for name, kind in (column.split(" ", 1) for column in re.split(r", (?![^<]*>)", CURATED_SCHEMA))
+])
+
+#: how long a stopping job waits for a due pass in progress (then leaves it: the rows stay in doubt)
+_DUE_PASS_STOP_SECONDS: Final = 120
+#: journal commits read per micro-batch at most (a long backlog is taken in several)
+MAX_COMMITS_PER_BATCH: Final = 2000
+
 _UTC = datetime.timezone.utc
 
 
@@ -97,6 +132,10 @@ def _moment(micros: int | None) -> datetime.datetime | None:
 def republish_id(node: str, vhost: str, message_id: int) -> str:
     """The deterministic id of the republish of dead letter ``message_id`` (a UUID, as text)."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"deltamq-dlq:{node}:{vhost}:{message_id}"))
+
+
+class JobFailed(RuntimeError):
+    """The job cannot go on; the message says why and what to do."""
 
 
 @dataclass
@@ -132,9 +171,11 @@ class DeadLetterJob:
         self.policy = policy
         self.data_dir = Path(data_dir)
         self.node = node
-        self.checkpoint = str(checkpoint)
+        self.checkpoint = Path(checkpoint)
         self.table_path = str(policy.curated_table if "://" in str(policy.curated_table)
                               else Path(policy.curated_table).resolve())
+        self.journal = JournalFollower((self.data_dir / node / "journal").resolve(), policy.dead_letter_queues,
+                                       policy.vhost)
         self._make_republisher = republisher
         #: takes dead letters (journal ids) out of a dead-letter queue: (vhost, queue, ids); None: never
         self._settler = settler if policy.settle else None
@@ -143,60 +184,126 @@ class DeadLetterJob:
         self._republishers: dict[str, Republisher] = {}
         self.clock = clock
         self.summary = RunSummary()
-        self._lock = threading.Lock()        # the stream's thread and the due pass's share the table
         self._in_doubt_checked = False
         #: when the earliest pending row is due (epoch s; inf: none pending), None: not known
         self._next_due: float | None = None
-        #: the Delta transaction id of the query's appends to the curated table (see _curate)
-        self._app_id: str | None = None
-        self._started = threading.Event()
-        self._batches_run = 0
-        #: the micro-batches this job processed (replays included), by Spark's batch id
-        self.batch_ids: list[int] = []
+        #: pending rows curated so far (a due pass that saw fewer must look at the table again)
+        self._pending_curated = 0
+        self._due_lock = threading.Lock()
+        #: held by every write to the curated table: the batches' appends and the due pass's MERGEs
+        #: (a MERGE that met a concurrent append would fail: delta-rs commits are not marked blind)
+        self._write_lock = threading.Lock()
+        #: the Delta transaction id of the job's appends to the curated table (set by start())
+        self.app_id: str | None = None
+        self._journal_id = ""
+        #: the last journal version whose dead letters were handled (-1: none yet)
+        self.done = -1
+        #: the newest journal version the curated table says is curated (its transaction version)
+        self._curated_upto = -1
+        #: the journal stretches (after, upto] this job processed, replays included, in order
+        self.batches: list[tuple[int, int]] = []
 
     # -- running -----------------------------------------------------------------------
 
     def run_once(self) -> RunSummary:
-        """Process every journal row not yet processed (``availableNow``), then the due pass; stop."""
+        """Process every journal commit not yet processed, then the due pass; stop."""
         try:
-            query = self.start(availableNow=True)
-            query.awaitTermination()
-            with self._lock:
-                if self._unsettled:
-                    self.settle_curated()
-                self.republish_due()
+            latest = self.start()
+            self.catch_up(latest)
+            if self._unsettled:
+                self.settle_curated()
+            self.republish_due()
         finally:
             self.close()
         return self.summary
 
     def run(self, interval: float, stop: threading.Event) -> RunSummary:
-        """Process the journal as it grows, and republish what is due every ``interval`` s, until ``stop``."""
-        query = self.start(processingTime=f"{interval} seconds")
-        try:
-            while query.isActive and not stop.wait(interval):
-                with self._lock:
-                    if self._unsettled:
-                        self.settle_curated()
+        """Process the journal as it grows, and republish what is due, every ``interval`` s until ``stop``.
+
+        The due pass runs in a thread of its own: its Spark queries and
+        MERGEs (seconds each on a small machine, a minute for the first ones
+        on a busy one) never hold up the batches, only its MERGEs wait for
+        an append in progress (and an append for a MERGE).
+        """
+        finished = threading.Event()
+        failures: list[BaseException] = []
+
+        def due_passes() -> None:
+            try:
+                while not (stop.is_set() or finished.is_set()):
                     self.republish_due()
-            if not query.isActive:
-                query.awaitTermination()       # raises the query's failure
+                    finished.wait(interval)
+            except BaseException as exc:           # the job's failure: reported by run()
+                failures.append(exc)
+                finished.set()
+
+        due = threading.Thread(target=due_passes, name="deltamq-dlq-due-pass", daemon=True)
+        try:
+            self.start()
+            due.start()
+            while not (stop.is_set() or finished.is_set()):
+                began = time.monotonic()
+                self.catch_up(self.journal.newest_after(self.done, 10 * MAX_COMMITS_PER_BATCH))
+                if self._unsettled:
+                    self.settle_curated()
+                stop.wait(max(0.0, interval - (time.monotonic() - began)))
         finally:
-            query.stop()
+            finished.set()
+            if due.is_alive():
+                due.join(_DUE_PASS_STOP_SECONDS)
             self.close()
+        if failures:
+            raise failures[0]
         return self.summary
 
-    def start(self, **trigger: Any) -> StreamingQuery:
-        """The streaming query over the journal (``trigger``: DataStreamWriter.trigger's arguments)."""
+    def start(self) -> int:
+        """Create the curated table if need be and find where to resume; the journal's latest version."""
         self.ensure_table()
-        self._started.clear()
-        query = (stream_journal(self.spark, self.data_dir, self.node).writeStream
-                 .foreachBatch(self.process_batch).queryName(f"deltamq-dlq-{self.node}")
-                 .option("checkpointLocation", self.checkpoint).trigger(**trigger).start())
-        # the query's id is kept in its checkpoint: the same across restarts, new with a new checkpoint
-        self._app_id = f"deltamq-dlq:{query.id}"
-        self._batches_run = 0
-        self._started.set()
-        return query
+        latest, self._journal_id = self.journal.identity()
+        # one id per node and journal table: a journal made afresh at the same path starts afresh
+        self.app_id = f"deltamq-dlq:{self.node}:{self._journal_id}"
+        try:
+            saved = Progress.load(self.checkpoint)
+        except ValueError as exc:
+            raise JobFailed(f"{exc}: give another --checkpoint") from None
+        if saved is not None and saved.journal_id != self._journal_id:
+            raise JobFailed(f"the checkpoint {self.checkpoint} follows another journal table (id"
+                            f" {saved.journal_id}; the journal at {self.journal.location} is"
+                            f" {self._journal_id}): give another --checkpoint")
+        curated = transaction_version(self.table_path, self.app_id)
+        self._curated_upto = -1 if curated is None else curated
+        resume = saved.version if saved is not None else curated
+        if resume is None:
+            log.info("no checkpoint: reading the whole journal (version %d)", latest)
+            self._process_whole(latest)
+        elif resume < latest and not self.journal.has_commit(resume + 1):
+            log.warning("the journal's log no longer holds version %d (log retention): reading the whole"
+                        " journal (version %d); dead letters already curated are skipped", resume + 1, latest)
+            self._process_whole(latest)
+        else:
+            self.done = resume
+        return latest
+
+    def catch_up(self, upto: int) -> None:
+        """Process the journal's commits after the last one done up to ``upto``, in micro-batches."""
+        while self.done < upto:
+            end = min(upto, self.done + MAX_COMMITS_PER_BATCH)
+            if self.done < self._curated_upto:
+                end = min(end, self._curated_upto)   # a stretch curated before a crash: on its own
+            try:
+                found = self.journal.read_range(self.done, end)
+            except JournalGone as exc:
+                log.warning("%s: reading the whole journal (version %d); dead letters already curated are"
+                            " skipped", exc, end)
+                self._process_whole(end)
+                continue
+            self.process_batch(found, self.done, end)
+
+    def _process_whole(self, version: int) -> None:
+        self.process_batch(self.journal.read_as_of(version), -1, version, check_table=True)
+
+    def _journal_table(self) -> DataFrame:
+        return self.spark.read.format("delta").load(str(self.journal.location))
 
     def close(self) -> None:
         for publisher in self._republishers.values():
@@ -212,120 +319,74 @@ class DeadLetterJob:
     # -- the curated table ---------------------------------------------------------------
 
     def ensure_table(self) -> None:
-        self.spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{self.table_path}` ({CURATED_SCHEMA}) USING delta")
+        # delta-rs appends: it checkpoints every delta.checkpointInterval commits (its own default: 100)
+        self.spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{self.table_path}` ({CURATED_SCHEMA}) USING delta"
+                       " TBLPROPERTIES ('delta.checkpointInterval' = '10')")
 
     def curated(self) -> DataFrame:
         return self.spark.read.format("delta").load(self.table_path)
 
-    def process_batch(self, batch: DataFrame, batch_id: int) -> None:
-        """``foreachBatch``: curate the batch's dead letters, then republish what is due."""
-        self._started.wait(60)
-        with self._lock:
-            self.batch_ids.append(batch_id)
-            found = self._dead_letters(batch)
-            # only a run's first batch can be one an earlier run began (Spark replays the last
-            # batch it logged and did not commit): later ones hold journal rows no batch saw
-            rows = self._not_curated(found) if self._batches_run == 0 else found
-            self._batches_run += 1
-            self.summary.already_curated += len(found) - len(rows)
-            if rows:
-                self._curate(rows, batch_id)
-                log.info("batch %d: %d dead letter(s) curated", batch_id, len(rows))
-            if self._settler is not None:
-                for row in found:                  # replayed ones too: a settle is idempotent
-                    self._unsettled.setdefault((row.vhost, row.dead_letter_queue), set()).add(row.message_id)
-                self.settle_curated()
-            self.republish_due()
+    def process_batch(self, found: list[ArrivedDeadLetter], after: int, upto: int, *,
+                      check_table: bool = False) -> None:
+        """The dead letters of journal versions ``after+1 .. upto``: curate, settle, save the checkpoint.
 
-    def _not_curated(self, rows: list[Row]) -> list[Row]:
-        """``rows`` less those the table has (a replayed batch): not classified or counted again."""
-        from pyspark.sql import functions as F
-
-        if not rows:
-            return rows
-        known = {(r.vhost, r.message_id) for r in self.curated()
-                 .where((F.col("node") == self.node) & F.col("message_id").isin(sorted({r.message_id for r in rows})))
-                 .select("vhost", "message_id").collect()}
-        return [r for r in rows if (r.vhost, r.message_id) not in known]
-
-    def _dead_letters(self, batch: DataFrame) -> list[Row]:
-        """The batch's dead letters in the policy's queues, with their stored message.
-
-        Two plain scans of the batch, no shuffle: its dead-letter queues' enqueue
-        rows (few), then the rows storing those messages (a dead-lettered copy
-        is stored in the same journal commit as its first enqueue).
+        ``check_table``: some may be in the table already (a whole-journal
+        read): those are not curated again.
         """
-        from pyspark.sql import Row as SparkRow
-        from pyspark.sql import functions as F
+        self.batches.append((after, upto))
+        if upto <= self._curated_upto:
+            rows = []                            # curated by a run that stopped before saving its progress
+        elif check_table:
+            rows = self._not_curated(found)
+        else:
+            rows = found
+        self.summary.already_curated += len(found) - len(rows)
+        if rows:
+            self._curate(rows, upto)
+            log.info("journal versions %d-%d: %d dead letter(s) curated", after + 1, upto, len(rows))
+        if self._settler is not None:
+            for letter in found:                  # already curated ones too: a settle is idempotent
+                self._unsettled.setdefault((letter.vhost, letter.dead_letter_queue), set()).add(letter.message_id)
+            self.settle_curated()
+        self.done = upto
+        Progress(self._journal_id, upto).save(self.checkpoint)
 
-        journal = batch
-        if self.policy.vhost is not None:
-            journal = journal.where(F.col("vhost") == self.policy.vhost)
-        arrivals: dict[tuple[str, int], tuple[str, int | None]] = {}
-        for r in (journal.where((F.col("event") == ENQUEUE) & F.col("queue").isin(list(self.policy.dead_letter_queues)))
-                  .select("vhost", "message_id", "queue", F.unix_micros("at").alias("at")).collect()):
-            key = (r.vhost, r.message_id)
-            if key in arrivals:             # reached several dead-letter queues: the first, the earliest
-                queue, at = arrivals[key]
-                arrivals[key] = (min(queue, r.queue), at if r.at is None else r.at if at is None else min(at, r.at))
-            else:
-                arrivals[key] = (r.queue, r.at)
-        if not arrivals:
-            return []
-        ids = sorted({message_id for _, message_id in arrivals})
-        stored = {(r.vhost, r.message_id): r for r in self._messages(journal)
-                  .where(F.col("message_id").isin(ids)).collect()}
-        missing = sorted({message_id for (vhost, message_id) in arrivals if (vhost, message_id) not in stored})
-        if missing:
-            # a message stored in an earlier commit than its dead-letter queue's enqueue (not
-            # what the broker writes today, but cheap to get right): read it from the table
-            stored.update({(r.vhost, r.message_id): r for r in self._messages(self._journal_table())
-                           .where(F.col("message_id").isin(missing)).collect()
-                           if (r.vhost, r.message_id) in arrivals})
-        empty = dict.fromkeys(("exchange", "routing_key", "body", "properties", "headers", "message_format",
-                               "native"))
-        found = []
-        for (vhost, message_id), (queue, at) in sorted(arrivals.items()):
-            message = stored.get((vhost, message_id))
-            values = {**empty, **({k: v for k, v in message.asDict().items() if k not in ("vhost", "message_id")}
-                                  if message is not None else {})}
-            found.append(SparkRow(vhost=vhost, message_id=message_id, dead_letter_queue=queue,
-                                  dead_lettered_at=at, **values))
-        return found
+    def _not_curated(self, found: list[ArrivedDeadLetter]) -> list[ArrivedDeadLetter]:
+        """``found`` less those the table has: not classified or counted again."""
+        known: set[tuple[str, int]] = set()
+        ids = sorted({letter.message_id for letter in found})
+        node = self.node.replace("'", "''")
+        for start in range(0, len(ids), 5000):
+            chunk = ", ".join(str(i) for i in ids[start:start + 5000])
+            known.update((r["vhost"], r["message_id"]) for r in query_table(
+                self.table_path, f"SELECT vhost, message_id FROM t WHERE node = '{node}'"
+                                 f" AND message_id IN ({chunk})").to_pylist())
+        return [letter for letter in found if (letter.vhost, letter.message_id) not in known]
 
-    def _journal_table(self) -> DataFrame:
-        return self.spark.read.format("delta").load(str((self.data_dir / self.node / "journal").resolve()))
+    def _curate(self, rows: list[ArrivedDeadLetter], upto: int) -> None:
+        """Append the rows in one delta-rs commit recording (app id, ``upto``): an idempotent write.
 
-    @staticmethod
-    def _messages(journal: DataFrame) -> DataFrame:
-        from pyspark.sql import functions as F
-
-        return (journal.where((F.col("event") == ENQUEUE) & F.col("body").isNotNull())
-                .select("vhost", "message_id", "exchange", "routing_key", "body", "properties", "headers",
-                        F.expr(FORMAT_SQL).alias("message_format"), F.expr(NATIVE_SQL).alias("native")))
-
-    def _curate(self, rows: Iterable[Row], batch_id: int) -> None:
-        """Append the rows: an idempotent Delta write, keyed by the query and its batch id.
-
-        Delta records (``txnAppId``, ``txnVersion``) in the commit and skips a
-        later write of the same or an older version, so a batch Spark replays
-        after a crash between this commit and its own adds nothing (and
-        :meth:`_not_curated` keeps it out of the counts).  An append, not a
-        MERGE: a batch's dead letters are new rows (the stream gives each
-        journal row once), and an append does not read the table first.
+        The table records the Delta transaction with the rows, so the job's
+        progress and its rows are committed together, and a batch written
+        again (a run that resumed from an older checkpoint) adds nothing.
+        An append, not a MERGE: a batch's dead letters are new rows (each
+        journal commit is read once), and an append does not read the table.
         """
         now = datetime.datetime.fromtimestamp(self.clock(), _UTC)
         records = [self._curated_row(row, now) for row in rows]
-        for record in records:
-            if record["state"] == PENDING and self._next_due is not None:
-                self._next_due = min(self._next_due, record["due_at"].timestamp())
-        source = self.spark.createDataFrame(records, CURATED_SCHEMA)
-        assert self._app_id is not None
-        (source.write.format("delta").mode("append").option("txnAppId", self._app_id)
-         .option("txnVersion", batch_id).save(self.table_path))
+        assert self.app_id is not None
+        with self._write_lock:
+            append_once(self.table_path, pa.Table.from_pylist(records, CURATED_ARROW_SCHEMA), self.app_id, upto)
+        self._curated_upto = max(self._curated_upto, upto)
+        pending = [record["due_at"].timestamp() for record in records if record["state"] == PENDING]
+        if pending:
+            with self._due_lock:
+                self._pending_curated += len(pending)
+                if self._next_due is not None:
+                    self._next_due = min(self._next_due, *pending)
 
-    def _curated_row(self, row: Row, now: datetime.datetime) -> dict[str, Any]:
-        dead_lettered_at = _moment(row.dead_lettered_at) or now
+    def _curated_row(self, row: ArrivedDeadLetter, now: datetime.datetime) -> dict[str, Any]:
+        dead_lettered_at = row.dead_lettered_at or now
         headers, problem = _decoded_headers(row.message_format, row.native)
         letter = classify(headers, row.dead_letter_queue)
         decision = (decide(self.policy, letter) if problem is None
@@ -387,16 +448,21 @@ class DeadLetterJob:
             self._resolve_in_doubt()
             self._in_doubt_checked = True
         now = self.clock()
-        if self._next_due is not None and now < self._next_due:
-            return 0                           # nothing pending is due yet: no query
+        with self._due_lock:
+            if self._next_due is not None and now < self._next_due:
+                return 0                       # nothing pending is due yet: no query
+            seen = self._pending_curated
         pending = self.curated().where((F.col("node") == self.node) & (F.col("state") == PENDING))
         due = (pending.where(F.col("due_at") <= F.timestamp_micros(F.lit(int(now * 1e6))))
                .orderBy("due_at", "vhost", "message_id").collect())
         if not due:
             earliest = pending.agg(F.min(F.unix_micros("due_at")).alias("at")).collect()[0].at
-            self._next_due = float("inf") if earliest is None else earliest / 1e6
+            with self._due_lock:               # rows curated since the query: not known, look again
+                self._next_due = None if self._pending_curated != seen else \
+                    float("inf") if earliest is None else earliest / 1e6
             return 0
-        self._next_due = None                  # known again after the next pass's query
+        with self._due_lock:
+            self._next_due = None              # known again after the next pass's query
         started = datetime.datetime.fromtimestamp(now, _UTC)
         # committed before any publish: a crash from here on leaves the rows in doubt, never pending
         self._update({row.republish_id: {"state": PUBLISHING, "publishing_at": started} for row in due})
@@ -440,9 +506,12 @@ class DeadLetterJob:
                      " republished_at TIMESTAMP, sets ARRAY<STRING>")
         assignments: dict[str, str | Column] = {c: f"CASE WHEN array_contains(s.sets, '{c}') THEN s.{c} ELSE t.{c} END"
                        for c in columns}
-        (DeltaTable.forPath(self.spark, self.table_path).alias("t")
-         .merge(source.alias("s"), "t.republish_id = s.republish_id")
-         .whenMatchedUpdate(set=assignments).execute())
+        with self._write_lock:
+            (DeltaTable.forPath(self.spark, self.table_path).alias("t")
+             # only pending and publishing rows ever change: the condition lets Delta skip the files
+             # whose rows are all settled (parked, dropped, republished, failed) by their statistics
+             .merge(source.alias("s"), f"t.state IN ('{PENDING}', '{PUBLISHING}') AND t.republish_id = s.republish_id")
+             .whenMatchedUpdate(set=assignments).execute())
 
     def _resolve_in_doubt(self) -> None:
         """Rows a crash left ``publishing``: republished if the journal holds their publish, else pending."""
@@ -462,7 +531,8 @@ class DeadLetterJob:
                      .groupBy(header.alias("rid")).agg(F.min(F.unix_micros("at")).alias("at")).collect()}
         self._update({rid: ({"state": REPUBLISHED, "republished_at": _moment(published[rid])}
                             if rid in published else {"state": PENDING}) for rid in ids})
-        self._next_due = None
+        with self._due_lock:
+            self._next_due = None
         self.summary.recovered += len(published)
         log.warning("%d republish(es) were in doubt after a stop: %d found in the journal, %d to publish"
                     " again", len(ids), len(published), len(ids) - len(published))

@@ -22,7 +22,7 @@ _PROG = "deltamq spark dlq"
 def add_command(jobs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dlq = jobs.add_parser(
         "dlq", help="classify dead letters into a curated Delta table and republish repaired ones",
-        description="A Structured Streaming job over a node's journal: every dead letter that reaches"
+        description="A micro-batch job over a node's journal: every dead letter that reaches"
                     " one of the policy's dead-letter queues is classified (reason, source queue,"
                     " x-death count, headers) into a curated Delta table, and republished, parked or"
                     " dropped as the policy says, with a retry cap and backoff. Idempotent across"
@@ -33,10 +33,11 @@ def add_command(jobs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     dlq.add_argument("--node", default="default", help="the virtual host node whose journal to read"
                                                        " (default: default)")
     dlq.add_argument("--checkpoint", metavar="DIR",
-                     help="the stream's checkpoint (default: the curated table's path + '.checkpoint')")
+                     help="where the job saves how far in the journal it got (default: the curated table's path"
+                          " + '.checkpoint')")
     dlq.add_argument("--once", action="store_true",
-                     help="process what the journal holds, republish what is due, and stop"
-                          " (trigger availableNow); default: run until interrupted")
+                     help="process what the journal holds, republish what is due, and stop;"
+                          " default: run until interrupted")
     dlq.add_argument("--interval", type=float, default=5.0, metavar="SECONDS",
                      help="continuous mode: seconds between micro-batches and due passes (default 5)")
     dlq.add_argument("--amqp-url", default=os.environ.get("DELTAMQ_AMQP_URL", "amqp://localhost:5672/"),

@@ -12,6 +12,7 @@ publish and its record.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ import pika
 import pytest
 
 from lakehouse.dlq import DeadLetterJob
+from lakehouse.dlq_journal import Progress
 from lakehouse.dlq_policy import ATTEMPT_HEADER, REPUBLISH_ID_HEADER, parse_policy
 from lakehouse.dlq_republish import Republisher
 from tests.integration.conftest import DeltaMQProcess
@@ -157,16 +159,18 @@ def test_dead_letters_are_curated_repaired_republished_and_capped(spark: Any, br
     [(rid, republished_at)] = [r for r in curated(job, "republish_id, republished_at") if r[0] is not None]
     assert republished_at is not None
 
-    # a replayed micro-batch (its commit lost, as when the job dies before Spark records it):
-    # it finds the same three dead letters, and neither curates nor republishes them again
-    commits = tmp_path / "checkpoint" / "commits"
-    last = max(int(f.name) for f in commits.iterdir() if f.name.isdigit())
-    (commits / str(last)).unlink()
-    (commits / f".{last}.crc").unlink(missing_ok=True)
+    # a crash after a batch's curated commit, before the job saved its checkpoint: the checkpoint
+    # is older than the table's Delta transaction, so the next run reads that stretch again; it
+    # finds the same three dead letters, and neither curates nor republishes them again
+    first_batch = job.batches[0]
+    assert first_batch[0] == -1 and first_batch[1] == job.done          # a first run: the whole journal
+    saved = Progress.load(tmp_path / "checkpoint")
+    assert saved is not None and saved.version == job.done
+    Progress(saved.journal_id, -1).save(tmp_path / "checkpoint")
     replay = make_job(spark, broker, text, tmp_path / "checkpoint")
     summary = replay.run_once()
     # (the batches after it hold the journal's newer rows: the republish among them)
-    assert replay.batch_ids[0] == last and summary.already_curated == 3
+    assert replay.batches[0] == first_batch and summary.already_curated == 3
     assert (sum(summary.classified.values()), summary.republished) == (0, 0)
     assert len(curated(replay)) == 3
 
@@ -278,6 +282,49 @@ def test_a_republish_the_broker_refuses_is_recorded_as_failed(spark: Any, broker
     channel.connection.close()
 
 
+def test_the_continuous_job_curates_dead_letters_as_they_come_and_a_restart_resumes_after_them(
+        spark: Any, broker: DeltaMQProcess, tmp_path: Path) -> None:
+    """``run(interval)`` (the command without ``--once``) follows the journal; its checkpoint is where a next run starts."""
+    channel = connect(broker)
+    declare(channel, "f")
+    text = policy_text("f", tmp_path / "curated", backoff=3600)
+    job = make_job(spark, broker, text, tmp_path / "checkpoint")
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            job.run(0.2, stop)
+        except BaseException as exc:        # reported by the test's thread
+            failures.append(exc)
+    worker = threading.Thread(target=run, name="dlq-job")
+    worker.start()
+    try:
+        wait_until(lambda: failures or job.done >= 0, 300, what="the job's first batch")
+        for number, body in enumerate((b"one", b"two", b"three")):
+            publish(channel, "f", "work", body, kind="order")
+            reject_all(channel, "f.work", 1)
+            wait_until(lambda: failures or len(curated(job, "body")) == number + 1, 120,
+                       what=f"dead letter {body!r} curated by the running job")
+            assert not failures, failures
+    finally:
+        stop.set()
+        worker.join(120)
+    assert not worker.is_alive() and not failures, failures
+    assert sorted(curated(job, "body, state, rule")) == [
+        (b"one", "pending", "repair"), (b"three", "pending", "repair"), (b"two", "pending", "repair")]
+    # one stretch after the other, each read once, the first the whole journal (a first run)
+    assert job.batches[0][0] == -1 and len(job.batches) >= 3
+    assert all(after < upto == later for (after, upto), (later, _) in zip(job.batches, job.batches[1:]))
+    assert Progress.load(tmp_path / "checkpoint") == Progress(job._journal_id, job.done)
+    # a restart resumes after the last version handled: nothing read or classified twice
+    again = make_job(spark, broker, text, tmp_path / "checkpoint")
+    summary = again.run_once()
+    assert again.batches[:1] in ([], [(job.done, again.done)])
+    assert (sum(summary.classified.values()), summary.already_curated) == (0, 0)
+    channel.connection.close()
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -293,7 +340,7 @@ def test_the_curated_table_schema_is_documented() -> None:
 
 
 def test_a_batch_written_twice_adds_its_rows_once(spark: Any, broker: DeltaMQProcess, tmp_path: Path) -> None:
-    """The curated table's appends are Delta idempotent writes keyed by the query and the batch id."""
+    """The curated table's appends are idempotent Delta writes keyed by the job and the journal version."""
     channel = connect(broker)
     declare(channel, "t")
     publish(channel, "t", "work", b"twice", kind="order")
@@ -301,16 +348,28 @@ def test_a_batch_written_twice_adds_its_rows_once(spark: Any, broker: DeltaMQPro
     wait_until(lambda: depth(channel, "t.dlq") == 1, 30, what="a dead letter in t.dlq")
     channel.connection.close()
     job = make_job(spark, broker, policy_text("t", tmp_path / "curated", backoff=3600), tmp_path / "checkpoint")
-    job.ensure_table()
-    job._app_id = "test:written-twice"       # as start() sets it from the query's id
-    job._started.set()
-    job._batches_run = 1                     # not a run's first batch: no look at the table first
-    journal = job._journal_table()
-    job.process_batch(journal, 5)
-    job.process_batch(journal, 5)            # the same batch again: Delta skips the write
+    latest = job.start()                     # a first run reads the whole journal: the dead letter is curated
     assert [r[:2] for r in curated(job, "dead_letter_queue, state")] == [("t.dlq", "pending")]
-    job.process_batch(journal, 6)            # a later batch id is written (so the skip above was the key's)
+    found = job.journal.read_as_of(latest)
+    assert [letter.body for letter in found] == [b"twice"]
+    job._curate(found, latest)               # the same journal version again: the transaction skips it
+    assert len(curated(job, "dead_letter_queue, state")) == 1
+    job._curate(found, latest + 1)           # a later version is written (so the skip above was the key's)
     assert len(curated(job, "dead_letter_queue, state")) == 2
+
+
+def test_a_checkpoint_of_another_journal_is_refused(spark: Any, broker: DeltaMQProcess, tmp_path: Path) -> None:
+    """A data directory made afresh has a new journal table: its versions are not the checkpoint's."""
+    from lakehouse.dlq import JobFailed
+
+    text = policy_text("x", tmp_path / "curated")
+    job = make_job(spark, broker, text, tmp_path / "checkpoint")
+    job.run_once()
+    saved = Progress.load(tmp_path / "checkpoint")
+    assert saved is not None and saved.version == job.done >= 0
+    Progress("another-journal", saved.version).save(tmp_path / "checkpoint")
+    with pytest.raises(JobFailed, match="follows another journal table"):
+        make_job(spark, broker, text, tmp_path / "checkpoint").run_once()
 
 
 def test_curated_dead_letters_leave_their_queue_acknowledged_by_the_job(spark: Any, broker: DeltaMQProcess,
