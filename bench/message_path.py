@@ -100,7 +100,7 @@ def _journal(count: int) -> float:
     from lakehouse.journal_writer import RowEncoder
 
     messages = [_make_message(i, i % 2 == 0) for i in range(count)]
-    rows = [("enqueue", "q", i + 1, 1.0e9, None, None, None, None, message)
+    rows = [("enqueue", "q", i + 1, 1.0e9, None, None, None, None, message, None)
             for i, message in enumerate(messages)]
     with tempfile.TemporaryDirectory() as directory:
         journal = DeltaMessageJournal(Path(directory) / "journal", "v")

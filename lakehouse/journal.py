@@ -53,7 +53,8 @@ Before the loop is attached (start-up, tests) and after it is gone
 (shut-down), open groups are committed in-process, synchronously.
 
 A ``deliver`` event settled within the same group is never written: the
-``settle`` row already says the message was delivered.
+``settle`` row already says the message was delivered.  A lease consumer's
+grants and settlements arrive as id ranges: one *range row* each (:mod:`lakehouse.journal_schema`).
 
 Recovery
 --------
@@ -94,9 +95,9 @@ from broker.messaging.message import Message, MessageProperties
 from broker.messaging.message_format import MessageFormat, format_for
 
 from .delta_table import add_missing_columns, is_uri
-from .journal_writer import (ERROR_LENGTH, LIVE_CTES, REPLY, REQUEST, PlainRow, RowEncoder, journal_table,
+from .journal_writer import (ERROR_LENGTH, REPLY, REQUEST, PlainRow, RowEncoder, journal_sql, journal_table,
                              read_watermark)
-from .journal_schema import DELIVER, ENQUEUE, FORMAT_SQL, NATIVE_SQL, QUEUE_DELETED, REQUEUE, SETTLE, TRANSIENT
+from .journal_schema import DELIVER, ENQUEUE, QUEUE_DELETED, REQUEUE, SETTLE, TRANSIENT, upgrade_note
 from .producer_rows import producer_row, read_producer_sequences
 from .replay import JournalHistory
 from .snapshot import LIVE_MESSAGES_SQL, UnusableSnapshot, recover_live
@@ -109,8 +110,9 @@ __all__ = ["DeltaMessageJournal", "JournalGroup"]
 
 log = logging.getLogger(__name__)
 
-#: (event, queue, message_id, at, tx_id, delivery_count, outcome, reason, message-or-None)
-Row = tuple[str, str, int, float, "int | None", "int | None", "str | None", "str | None", "Message | None"]
+#: (event, queue, message_id, at, tx_id, delivery_count, outcome, reason, message, range's first id)
+Row = tuple[str, str, int, float, "int | None", "int | None", "str | None", "str | None", "Message | None",
+            "int | None"]
 
 _CACHE_LIMIT = 10_000
 _PIPE_SIZE = 1 << 20
@@ -148,7 +150,7 @@ class JournalGroup:
     def seal(self) -> None:
         """Turn the deliveries still unsettled into ``deliver`` rows: the group is about to be written."""
         if self.delivered:
-            self.rows.extend((DELIVER, name, message_id, at, None, count, None, None, None)
+            self.rows.extend((DELIVER, name, message_id, at, None, count, None, None, None, None)
                              for (name, message_id), (count, at) in self.delivered.items())
             self.delivered = {}
 
@@ -184,8 +186,8 @@ class DeltaMessageJournal:
         self._tx: int | None = None
         self._wall_offset = time.time() - time.monotonic()   # monotonic arrival -> wall clock
         self._encoder = RowEncoder(vhost)     # for commits made in this process
-        # rows of failed commits to commit again: (event, queue, message id) -> row
-        self._kept: dict[tuple[str, str, int], Row] = {}
+        # rows of failed commits to commit again: (event, queue, message id, range's first id) -> row
+        self._kept: dict[tuple[str, str, int, int | None], Row] = {}
         # (queue, message id) of enqueues the broker made itself (dead letters): kept too
         self._kept_enqueues: set[tuple[str, int]] = set()
         #: why commits fail, from the first failure until one succeeds again (None: they succeed)
@@ -205,9 +207,9 @@ class DeltaMessageJournal:
 
     def open(self) -> None:
         self.table.open()
-        added = add_missing_columns(self.table)      # a table of journal schema 1 -> 2
+        added = add_missing_columns(self.table)      # a table of an older journal schema
         if added:
-            log.info("journal %s: schema 1 -> 2, added columns %s", self.vhost, ", ".join(added))
+            log.info("journal %s: %s", self.vhost, upgrade_note(added))
         highest = self.table.read("SELECT MAX(message_id) AS m, MAX(tx_id) AS t FROM t")
         if highest.num_rows:
             top_message, top_tx = highest.column("m")[0].as_py(), highest.column("t")[0].as_py()
@@ -330,11 +332,11 @@ class DeltaMessageJournal:
     def enqueued(self, queue: Queue, message: Message, keep: bool = False) -> bool:
         message_id = message.journal_id
         if message_id:
-            self._add((ENQUEUE, queue.name, message_id, time.time(), self._tx, None, None, None, None))
+            self._add((ENQUEUE, queue.name, message_id, time.time(), self._tx, None, None, None, None, None))
         else:
             message_id = message.journal_id = self._next_message_id
             self._next_message_id = message_id + 1
-            self._add((ENQUEUE, queue.name, message_id, time.time(), self._tx, None, None, None, message))
+            self._add((ENQUEUE, queue.name, message_id, time.time(), self._tx, None, None, None, message, None))
         if keep and self._tx is None:
             self._kept_enqueues.add((queue.name, message_id))
             return True
@@ -349,7 +351,7 @@ class DeltaMessageJournal:
         name, message_id = entry.queue.name, entry.message.journal_id
         self._group.delivered.pop((name, message_id), None)
         self._add((REQUEUE, name, message_id, time.time(), self._tx, entry.delivery_count,
-                   None, None, None))
+                   None, None, None, None))
 
     def settled(self, queue: Queue, message: Message, outcome: str, reason: str | None = None,
                 delivery_count: int = 0) -> None:
@@ -357,7 +359,16 @@ class DeltaMessageJournal:
         group = self._group
         if group.delivered:
             group.delivered.pop((name, message_id), None)
-        self._add((SETTLE, name, message_id, time.time(), self._tx, delivery_count, outcome, reason, None))
+        self._add((SETTLE, name, message_id, time.time(), self._tx, delivery_count, outcome, reason, None, None))
+
+    def delivered_ranges(self, queue: Queue, ranges: list[tuple[int, int]], delivery_count: int) -> None:
+        for first, last in ranges:
+            self._add((DELIVER, queue.name, last, time.time(), self._tx, delivery_count, None, None, None, first))
+
+    def settled_ranges(self, queue: Queue, ranges: list[tuple[int, int]], outcome: str, reason: str | None,
+                       count: int) -> None:
+        for first, last in ranges:
+            self._add((SETTLE, queue.name, last, time.time(), self._tx, count, outcome, reason, None, first))
 
     def queue_deleted(self, queue: Queue) -> None:
         self._mark_deleted(queue.name)
@@ -367,7 +378,7 @@ class DeltaMessageJournal:
 
     def _mark_deleted(self, name: str) -> None:
         self._add((QUEUE_DELETED, name, self._next_message_id - 1, time.time(), self._tx,
-                   None, None, None, None))
+                   None, None, None, None, None))
 
     def _add(self, row: Row) -> None:
         self._group.rows.append(row)
@@ -556,7 +567,7 @@ class DeltaMessageJournal:
             event = row[0]
             if (event in _KEPT_EVENTS and row[4] is None) or (
                     event == ENQUEUE and enqueues and (row[1], row[2]) in enqueues):
-                kept[(event, row[1], row[2])] = row
+                kept[(event, row[1], row[2], row[9])] = row
 
     def _take_kept(self, group: JournalGroup) -> None:
         """Add the rows kept from failed commits to ``group`` (it is about to be committed)."""
@@ -589,7 +600,7 @@ class DeltaMessageJournal:
             else:
                 tag, native = message.native()
                 append((*row[:8], (message.exchange, message.routing_key, message.arrival + offset,
-                                   message.body, tag, native)))  # type: ignore[arg-type]
+                                   message.body, tag, native), row[9]))  # type: ignore[arg-type]
         return plain
 
     # -- recovery ---------------------------------------------------------------------
@@ -616,7 +627,7 @@ class DeltaMessageJournal:
                          " commits (%d rows in %d files)", self.vhost, found.live.num_rows, found.header.version,
                          found.journal_version - found.header.version, found.tail_rows, found.tail_files)
                 return found.live
-        return self.table.read(_LIVE_SQL.format(watermark=read_watermark(self.path)))
+        return self.table.read(journal_sql(_LIVE_SQL, read_watermark(self.path)))
 
     def recover(self, namespace: Namespace) -> int:
         """Put every live message back in its queue; the number of messages restored."""
@@ -669,7 +680,7 @@ class DeltaMessageJournal:
                     previous.journal_id = previous_id = message_id
                 if not previous.persistent:     # journaled only for a lease consumer's grant
                     self._add((SETTLE, name, message_id, time.time(), None, deliveries[index],
-                               DROPPED, TRANSIENT, None))
+                               DROPPED, TRANSIENT, None, None))
                     continue
                 target.restore(previous, deliveries[index])
                 restored += 1

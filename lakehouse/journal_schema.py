@@ -47,7 +47,26 @@ column                 type                   meaning
                                                   ``properties_raw`` is schema 1's name for
                                                   the 0-9-1 native bytes: null in rows of
                                                   schema 2, which write ``native``.
+``first_message_id``   int64 (nullable)       schema 3: set on a *range row*, a ``deliver``
+                                              or ``settle`` row standing for every message
+                                              of the queue with an id from
+                                              ``first_message_id`` to ``message_id`` (both
+                                              included), all with the row's other values.
+                                              A lease consumer's grant (a Spark job) is
+                                              journaled so, one row per run of
+                                              consecutive ids, and so is its settlement.
+                                              Null: the row is about ``message_id`` alone
 =====================  =====================  ================================================
+
+Range rows.  The ids of a range are exactly the messages the event happened
+to (a grant's ids are cut into runs of consecutive ids), so expanding a range
+row into one row per id gives the rows an older release would have written.
+Readers expand them: recovery and the watermark with DataFusion
+(:data:`RANGE_IDS_DATAFUSION`), the snapshot job and the Spark views with
+Spark (:data:`RANGE_IDS_SPARK`), the snapshot's tail with Arrow.  The row's
+``message_id`` is the range's *last* id, so the file statistics on
+``message_id`` and the recovery watermark (every message below it has ended)
+keep skipping only what they may.
 
 Schema versions.  Schema 1 (releases before message formats) ends at
 ``properties_raw``.  Schema 2 appends the last two columns, both nullable, so
@@ -56,7 +75,11 @@ COLUMN; :func:`lakehouse.delta_table.add_missing_columns`) made the first time
 a release of schema 2 opens it; its old rows read the new columns as null, and
 readers treat them as: ``message_format`` null -> ``amqp-0-9-1``, ``native``
 null -> ``properties_raw`` (:data:`NATIVE_SQL`).  Releases of schema 1 cannot recover
-messages written by schema 2 (their ``properties_raw`` is null).
+messages written by schema 2 (their ``properties_raw`` is null).  Schema 3
+appends ``first_message_id`` the same way (:func:`upgrade_note` names what an
+upgrade added); old rows read it as null, i.e. as rows of one message each.
+Releases of schema 2 read a range row as an event of its last message only,
+so they must not recover a journal schema 3 wrote range rows to.
 
 Transient messages and non-durable queues are not journaled, with one
 exception: a transient message granted to a lease consumer (a Spark job, which
@@ -77,7 +100,8 @@ from typing import Final
 import pyarrow as pa
 
 __all__ = ["JOURNAL_SCHEMA", "JOURNAL_SCHEMA_VERSION", "ENQUEUE", "DELIVER", "REQUEUE", "SETTLE",
-           "QUEUE_DELETED", "TRANSIENT", "OUTCOMES", "TIMESTAMP", "FORMAT_SQL", "NATIVE_SQL"]
+           "QUEUE_DELETED", "TRANSIENT", "OUTCOMES", "TIMESTAMP", "FORMAT_SQL", "NATIVE_SQL",
+           "RANGE_IDS_DATAFUSION", "RANGE_IDS_SPARK", "upgrade_note"]
 
 ENQUEUE: Final = "enqueue"
 DELIVER: Final = "deliver"
@@ -113,10 +137,28 @@ JOURNAL_SCHEMA: Final = pa.schema([
     # schema 2
     pa.field("message_format", pa.string()),
     pa.field("native", pa.binary()),
+    # schema 3
+    pa.field("first_message_id", pa.int64()),
 ])
 
-JOURNAL_SCHEMA_VERSION: Final = 2
+JOURNAL_SCHEMA_VERSION: Final = 3
+
+#: the columns each schema version added
+_ADDED_BY: Final = {2: ("message_format", "native"), 3: ("first_message_id",)}
 
 #: SQL for a row's message format and native bytes, whichever schema wrote the row
 FORMAT_SQL: Final = "COALESCE(message_format, 'amqp-0-9-1')"
 NATIVE_SQL: Final = "COALESCE(native, properties_raw)"
+
+#: a range row's message ids, one output row each, for the select list: DataFusion ...
+RANGE_IDS_DATAFUSION: Final = "unnest(generate_series(first_message_id, message_id))"
+#: ... and Spark SQL
+RANGE_IDS_SPARK: Final = "explode(sequence(first_message_id, message_id))"
+
+
+def upgrade_note(added: list[str]) -> str:
+    """What the log says of an upgrade that added the columns ``added``: ``schema 1 -> 3, added ...``."""
+    names = set(added)
+    older = min((version - 1 for version, columns in _ADDED_BY.items() if names & set(columns)),
+                default=JOURNAL_SCHEMA_VERSION)
+    return f"schema {older} -> {JOURNAL_SCHEMA_VERSION}, added columns {', '.join(added)}"

@@ -56,10 +56,11 @@ from broker.messaging.message_format import MessageFormat, format_for
 from broker.messaging.records import to_json_value
 
 from .delta_table import AppendOnlyTable, add_missing_columns, fsync_path, is_uri
-from .journal_schema import DELIVER, ENQUEUE, JOURNAL_SCHEMA, QUEUE_DELETED, REQUEUE, SETTLE, TIMESTAMP
+from .journal_schema import (DELIVER, ENQUEUE, JOURNAL_SCHEMA, QUEUE_DELETED, RANGE_IDS_DATAFUSION, RANGE_IDS_SPARK,
+                             REQUEUE, SETTLE, TIMESTAMP, upgrade_note)
 
 __all__ = ["RowEncoder", "PlainRow", "describe", "journal_table", "open_journal_table", "REQUEST", "REPLY",
-           "ERROR_LENGTH", "main"]
+           "ERROR_LENGTH", "main", "LIVE_CTES", "journal_sql", "journal_source", "has_ranges"]
 
 log = logging.getLogger("lakehouse.journal_writer")
 
@@ -71,9 +72,10 @@ SLOW_COMMIT = float(os.environ.get("DELTAMQ_JOURNAL_SLOW_COMMIT_MS", "500")) / 1
 
 #: (exchange, routing_key, published_at epoch seconds, body, format tag, native metadata bytes)
 PlainMessage = tuple[str, str, float, bytes, str, bytes]
-#: (event, queue, message_id, at epoch seconds, tx_id, delivery_count, outcome, reason, message)
+#: (event, queue, message_id, at epoch seconds, tx_id, delivery_count, outcome, reason, message,
+#: first_message_id: a range row's first id, else None)
 PlainRow = tuple[str, str, int, float, Optional[int], Optional[int], Optional[str], Optional[str],
-                 Optional[PlainMessage]]
+                 Optional[PlainMessage], Optional[int]]
 
 _PROPERTY_NAMES = tuple(name for name in MessageProperties.__dataclass_fields__ if name != "headers")
 _CACHE_LIMIT = 10_000
@@ -97,7 +99,7 @@ class RowEncoder:
 
     def table(self, rows: list[PlainRow]) -> pa.Table:
         count = len(rows)
-        events, queues, ids, ats, txs, counts, outcomes, reasons, messages = zip(*rows)
+        events, queues, ids, ats, txs, counts, outcomes, reasons, messages, firsts = zip(*rows)
         exchanges: list[Optional[str]] = [None] * count
         keys: list[Optional[str]] = [None] * count
         published: list[Optional[float]] = [None] * count
@@ -133,6 +135,7 @@ class RowEncoder:
             pa.nulls(count, pa.binary()),          # properties_raw: schema 1 only
             pa.array(formats, pa.string()),
             pa.array(natives, pa.binary()),
+            pa.array(firsts, pa.int64()),
         ]
         return pa.Table.from_arrays(columns, schema=JOURNAL_SCHEMA)
 
@@ -164,16 +167,23 @@ def _timestamps(seconds: Any) -> pa.Array:
 
 
 #: The live messages of the journal (``live``: queue, message_id), and their deliveries,
-#: over ``j``: the rows from the recovery watermark on (``str.format`` it with ``watermark``).
+#: over ``j``: the rows from the recovery watermark on; ``events`` has their deliveries and
+#: settlements with range rows expanded.  Fill in with :func:`journal_sql`.
 LIVE_CTES = f"""
 WITH j AS (
-    SELECT * FROM t WHERE message_id >= {{watermark}}
+    SELECT * FROM {{source}} WHERE message_id >= {{watermark}}
+), events AS (
+    SELECT event, queue, message_id, delivery_count FROM j
+    WHERE first_message_id IS NULL AND event IN ('{DELIVER}', '{REQUEUE}', '{SETTLE}')
+    UNION ALL
+    SELECT event, queue, {{range_ids}} AS message_id, delivery_count FROM j
+    WHERE first_message_id IS NOT NULL
 ), deleted AS (
     SELECT queue, MAX(message_id) AS upto FROM j WHERE event = '{QUEUE_DELETED}' GROUP BY queue
 ), settled AS (
-    SELECT DISTINCT queue, message_id FROM j WHERE event = '{SETTLE}'
+    SELECT DISTINCT queue, message_id FROM events WHERE event = '{SETTLE}'
 ), delivered AS (
-    SELECT queue, message_id, MAX(delivery_count) AS deliveries FROM j
+    SELECT queue, message_id, MAX(delivery_count) AS deliveries FROM events
     WHERE event IN ('{DELIVER}', '{REQUEUE}') GROUP BY queue, message_id
 ), enqueued AS (
     SELECT e.queue, e.message_id FROM j e LEFT JOIN deleted d ON e.queue = d.queue
@@ -183,6 +193,29 @@ WITH j AS (
     LEFT JOIN settled s ON s.queue = e.queue AND s.message_id = e.message_id
     WHERE s.message_id IS NULL
 )"""
+
+#: the journal ``t`` of a schema without ``first_message_id`` (no range rows), for :func:`journal_sql`
+_WITHOUT_RANGES = "(SELECT *, CAST(NULL AS BIGINT) AS first_message_id FROM t)"
+
+
+def journal_sql(template: str, watermark: int, *, spark: bool = False, ranges: bool = True) -> str:
+    """``template`` (built on :data:`LIVE_CTES`) for the journal ``t`` from ``watermark`` on.
+
+    ``spark``: Spark SQL, else DataFusion's (they expand range rows by different
+    functions); ``ranges``: the table has the column ``first_message_id`` (schema 3).
+    """
+    return template.format(watermark=int(watermark), range_ids=RANGE_IDS_SPARK if spark else RANGE_IDS_DATAFUSION,
+                           source=journal_source(ranges))
+
+
+def journal_source(ranges: bool) -> str:
+    """What SQL reads as the journal ``t``: the table, padded with ``first_message_id`` unless it has it."""
+    return "t" if ranges else _WITHOUT_RANGES
+
+
+def has_ranges(table: AppendOnlyTable) -> bool:
+    """Whether the open journal ``table`` has schema 3's ``first_message_id`` (it may hold range rows)."""
+    return any(field.name == "first_message_id" for field in table.delta_table().schema().fields)
 
 
 def watermark_path(location: str | Path) -> Path | None:
@@ -211,7 +244,7 @@ def advance_watermark(table: AppendOnlyTable) -> int:
     path = watermark_path(table.uri)
     if path is None:
         return current
-    sql = LIVE_CTES.format(watermark=current) + """
+    sql = journal_sql(LIVE_CTES, current, ranges=has_ranges(table)) + """
     SELECT (SELECT MIN(message_id) FROM live) AS low, (SELECT MAX(message_id) FROM j) AS high"""
     result = table.read(sql).to_pylist()
     if not result:
@@ -236,16 +269,16 @@ LOCAL_TOMBSTONE_RETENTION = "interval 5 minutes"
 
 
 def open_journal_table(location: str, log_retention_hours: int) -> AppendOnlyTable:
-    """The journal's table at ``location``, open, created if new, and at schema 2.
+    """The journal's table at ``location``, open, created if new, and at the current schema.
 
-    A table of schema 1 gets schema 2's columns by one metadata commit (see
+    A table of an older schema gets the newer columns by one metadata commit (see
     :mod:`lakehouse.journal_schema`); its rows stay as they are.
     """
     table = journal_table(location, log_retention_hours)
     table.open()
     added = add_missing_columns(table)
     if added:
-        log.info("journal %s: schema 1 -> 2, added columns %s", location, ", ".join(added))
+        log.info("journal %s: %s", location, upgrade_note(added))
     return table
 
 

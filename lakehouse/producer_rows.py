@@ -44,10 +44,10 @@ __all__ = ["producer_row", "read_producer_sequences", "superseded_producer_rows"
 
 
 def producer_row(producer: str, sequence: int, highest_message_id: int,
-                 tx_id: int | None) -> tuple[str, str, int, float, int | None, int, None, None, None]:
+                 tx_id: int | None) -> tuple[str, str, int, float, int | None, int, None, None, None, None]:
     """The journal row (:data:`lakehouse.journal.Row`) recording ``producer``'s ``sequence``."""
     return (PRODUCER_SEQUENCE, producer, highest_message_id, time.time(), tx_id, sequence,
-            None, None, None)
+            None, None, None, None)
 
 
 def read_producer_sequences(table: AppendOnlyTable) -> dict[str, int]:

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from lakehouse.delta_table import AppendOnlyTable
 from lakehouse.journal_schema import ENQUEUE, FORMAT_SQL, JOURNAL_SCHEMA
-from lakehouse.journal_writer import LIVE_CTES, read_watermark
+from lakehouse.journal_writer import LIVE_CTES, has_ranges, journal_sql, read_watermark
 
 __all__ = ["MESSAGE_COLUMNS", "MESSAGE_SCHEMA_DDL", "MESSAGE_ARROW_SCHEMA", "MissingMessages", "read_messages", "live_messages",
            "slices"]
@@ -120,11 +120,12 @@ def live_messages(location: str, queue: str,
     The second value maps the ids of messages delivered before to their deliveries.
     """
     quoted = queue.replace("'", "''")
-    sql = LIVE_CTES.format(watermark=read_watermark(location)) + f"""
+    table = journal(location, storage_options)
+    sql = journal_sql(LIVE_CTES, read_watermark(location), ranges=has_ranges(table)) + f"""
     SELECT l.message_id, COALESCE(v.deliveries, 0) AS deliveries FROM live l
     LEFT JOIN delivered v ON v.queue = l.queue AND v.message_id = l.message_id
     WHERE l.queue = '{quoted}' ORDER BY l.message_id"""
-    rows = journal(location, storage_options).read(sql)
+    rows = table.read(sql)
     if not rows.num_rows:
         return [], {}
     ids = rows.column("message_id").to_pylist()

@@ -22,6 +22,7 @@ the survivors again.  The table stays append-only for every reader.
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import json
 import logging
@@ -35,7 +36,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .delta_table import AppendOnlyTable, fsync_path
-from .journal_schema import ENQUEUE, QUEUE_DELETED, SETTLE
+from .journal_schema import ENQUEUE, QUEUE_DELETED, RANGE_IDS_DATAFUSION, SETTLE
+from .journal_writer import has_ranges, journal_source
 from .log_state import LogState
 from .producer_rows import PRODUCER_SEQUENCE, superseded_mask, superseded_producer_rows
 
@@ -50,11 +52,17 @@ _MARKERS = pa.array([QUEUE_DELETED, PRODUCER_SEQUENCE])
 def expired_message_ids(table: AppendOnlyTable, cutoff: dt.datetime) -> pa.Array:
     """Ids of messages whose every queue entry ended before ``cutoff`` (UTC)."""
     stamp = cutoff.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+    source = journal_source(has_ranges(table))
     sql = f"""
     WITH enqueued AS (
         SELECT queue, message_id FROM t WHERE event = '{ENQUEUE}'
     ), settled AS (
-        SELECT queue, message_id, MIN(at) AS at FROM t WHERE event = '{SETTLE}' GROUP BY queue, message_id
+        SELECT queue, message_id, MIN(at) AS at FROM (
+            SELECT queue, message_id, at FROM {source} WHERE event = '{SETTLE}' AND first_message_id IS NULL
+            UNION ALL
+            SELECT queue, {RANGE_IDS_DATAFUSION} AS message_id, at FROM {source}
+            WHERE event = '{SETTLE}' AND first_message_id IS NOT NULL
+        ) GROUP BY queue, message_id
     ), deleted AS (
         SELECT e.queue, e.message_id, MIN(d.at) AS at
         FROM enqueued e JOIN t d ON d.event = '{QUEUE_DELETED}' AND d.queue = e.queue
@@ -73,6 +81,28 @@ def expired_message_ids(table: AppendOnlyTable, cutoff: dt.datetime) -> pa.Array
     if not result.num_rows:
         return pa.array([], pa.int64())
     return result.column("message_id").combine_chunks()
+
+
+def _ranges_ended(keys: pa.Table, drop: pa.Array, expired: pa.Array, ended: list[int]) -> pa.Array:
+    """``drop`` with its range rows decided: dropped only when every message of the range ended.
+
+    A range row (``first_message_id`` set) stands for many messages; one whose
+    last message ended may still cover another one live in some other queue,
+    whose settlement in this queue must stay.  ``ended`` caches ``expired`` sorted.
+    """
+    firsts = keys.column("first_message_id")
+    ranged = pc.fill_null(pc.is_valid(firsts), False)
+    if not pc.any(ranged).as_py():
+        return drop
+    if not ended:
+        ended.extend(sorted(expired.to_pylist()))
+    decided: list[bool | None] = []
+    for first, last in zip(firsts.to_pylist(), keys.column("message_id").to_pylist()):
+        if first is None:
+            decided.append(None)
+        else:
+            decided.append(bisect.bisect_right(ended, last) - bisect.bisect_left(ended, first) == last - first + 1)
+    return pc.if_else(ranged, pa.array(decided, pa.bool_()), drop)
 
 
 def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime,
@@ -102,6 +132,7 @@ def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime,
     table.check(state)
     table.observe(state.version)                       # the appender may be another process
     removed_rows = 0
+    ended: list[int] = []                              # the expired ids, sorted, once a range row needs them
     removes: list[dict[str, object]] = []
     adds: list[dict[str, object]] = []
     now_ms = int(time.time() * 1000)
@@ -110,18 +141,21 @@ def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime,
         low = (json.loads(add.get("stats") or "{}").get("minValues") or {}).get("message_id")
         if low is not None and low > newest:
             continue                                   # only younger messages in this file
-        keys = pq.read_table(table.path / unquote(name), columns=["message_id", "event", "queue",
-                                                                   "delivery_count"])
+        path = table.path / unquote(name)
+        wanted = ["message_id", "event", "queue", "delivery_count", "first_message_id"]
+        keys = pq.read_table(path, columns=[c for c in wanted if c in pq.read_schema(path).names])
         # queue_deleted markers stay: they are what keeps a deleted queue's messages away;
         # producer sequences too, each producer's highest: it is what keeps a replayed batch out
         drop = pc.and_(pc.is_in(keys.column("message_id"), value_set=expired),
                        pc.invert(pc.is_in(keys.column("event"), value_set=_MARKERS)))
+        if "first_message_id" in keys.column_names:
+            drop = _ranges_ended(keys, drop, expired, ended)
         if superseded.num_rows:
             drop = pc.or_(drop, superseded_mask(keys, superseded))
         dropped = pc.sum(drop).as_py() or 0
         if not dropped:
             continue
-        rows = pq.read_table(table.path / unquote(name), schema=table.schema).filter(pc.invert(drop))
+        rows = pq.read_table(path, schema=table.schema).filter(pc.invert(drop))
         removes.append({"path": name, "deletionTimestamp": now_ms, "dataChange": False,
                         "extendedFileMetadata": True, "partitionValues": {}, "size": size})
         if rows.num_rows:

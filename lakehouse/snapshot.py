@@ -82,7 +82,7 @@ from .log_state import appended_files, read_commits
 __all__ = ["SNAPSHOT_TABLE", "SNAPSHOT_SCHEMA", "SNAPSHOT_SCHEMA_VERSION", "LIVE_SCHEMA", "LIVE_MESSAGES_SQL",
            "DELETIONS_SQL", "BOUNDS_SQL", "HEADER", "MESSAGE", "DELETION", "SnapshotHeader",
            "SnapshotRecovery", "UnusableSnapshot", "snapshot_location", "snapshot_headers", "recover_live",
-           "apply_tail", "read_tail"]
+           "apply_tail", "read_tail", "expand_ranges"]
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +127,9 @@ LIVE_SCHEMA: Final = pa.schema([
     pa.field("native", pa.binary()),
 ])
 
-#: every live message of the journal ``t`` (from the recovery watermark: ``str.format``
-#: it with ``watermark``); standard SQL that DataFusion (recovery) and Spark (the job) both run
+#: every live message of the journal ``t`` (from the recovery watermark: fill it in with
+#: :func:`lakehouse.journal_writer.journal_sql`); SQL that DataFusion (recovery) and Spark (the
+#: job) both run, but for the function expanding range rows
 LIVE_MESSAGES_SQL: Final = LIVE_CTES + f"""
 , bodies AS (
     SELECT message_id, exchange, routing_key, published_at, body,
@@ -141,19 +142,19 @@ FROM live l
 JOIN bodies b ON b.message_id = l.message_id
 LEFT JOIN delivered v ON v.queue = l.queue AND v.message_id = l.message_id"""
 
-#: per deleted queue, the highest message id its deletions took (``str.format`` with ``watermark``)
+#: per deleted queue, the highest message id its deletions took (:func:`~lakehouse.journal_writer.journal_sql`)
 DELETIONS_SQL: Final = LIVE_CTES + "\nSELECT queue, upto AS message_id FROM deleted"
 
 #: the lowest live message id (``lowest_live``: every message below it has ended, so it is a
 #: watermark of its own), and the highest message and transaction ids of the journal ``t``
-#: (``str.format`` with ``watermark``)
+#: (:func:`~lakehouse.journal_writer.journal_sql`)
 BOUNDS_SQL: Final = LIVE_CTES + """
 SELECT (SELECT MIN(message_id) FROM live) AS lowest_live, (SELECT MAX(message_id) FROM t) AS message_id,
        (SELECT MAX(tx_id) FROM t) AS tx_id"""
 
 #: the journal columns the tail is read with
 _TAIL_COLUMNS = ("event", "queue", "message_id", "delivery_count", "exchange", "routing_key", "published_at",
-                 "body", "properties_raw", "message_format", "native")
+                 "body", "properties_raw", "message_format", "native", "first_message_id")
 _KEYS = ["queue", "message_id"]
 #: a snapshot's deletion marks: per queue, the highest message id its deletions took
 _MARKS = pa.schema([("queue", pa.string()), ("upto", pa.int64())])
@@ -297,6 +298,7 @@ def apply_tail(live: pa.Table, deletions: pa.Table, tail: pa.Table) -> pa.Table:
     ``deletions``: its ``queue``/``upto`` rows.  The same answer as
     :data:`LIVE_MESSAGES_SQL` over the journal up to the tail's end.
     """
+    tail = expand_ranges(tail)
     event = tail.column("event")
     settled = _distinct_keys(tail.filter(pc.equal(event, SETTLE)))
     delivered = (tail.filter(pc.is_in(event, pa.array([DELIVER, REQUEUE])))
@@ -342,6 +344,38 @@ def apply_tail(live: pa.Table, deletions: pa.Table, tail: pa.Table) -> pa.Table:
             added.column("message_id")[0].as_py() <= kept.column("message_id")[-1].as_py():
         result = result.sort_by([("message_id", "ascending"), ("queue", "ascending")])
     return result
+
+
+def expand_ranges(rows: pa.Table) -> pa.Table:
+    """``rows`` (journal rows) with each range row replaced by one row per message id of its range.
+
+    The ids run from ``first_message_id`` to ``message_id``; the other columns are
+    the range row's.  Rows without ``first_message_id`` (or a table without the
+    column) stay as they are.
+    """
+    if "first_message_id" not in rows.column_names:
+        return rows
+    first = rows.column("first_message_id")
+    ranged = pc.is_valid(first)
+    if not pc.any(ranged).as_py():
+        return rows
+    ranges = rows.filter(ranged)
+    firsts = ranges.column("first_message_id").combine_chunks().cast(pa.int64())
+    lengths = pc.add(pc.subtract(ranges.column("message_id").combine_chunks().cast(pa.int64()), firsts), 1)
+    if pc.any(pc.less(lengths, 1)).as_py():
+        raise ValueError("a journal range row whose first_message_id is above its message_id")
+    ends = pc.cumulative_sum(lengths)
+    total = ends[-1].as_py()
+    starts = pc.subtract(ends, lengths)             # each range's first position among the ids
+    parents = pc.list_parent_indices(pa.LargeListArray.from_arrays(pa.concat_arrays(
+        [pa.array([0], pa.int64()), ends]), pa.nulls(total)))
+    positions = pa.array(range(total), pa.int64())
+    ids = pc.add(pc.subtract(positions, starts.take(parents)), firsts.take(parents))
+    expanded = ranges.take(parents)
+    for name, values in (("message_id", ids), ("first_message_id", pa.nulls(total, pa.int64()))):
+        field = rows.schema.field(name)
+        expanded = expanded.set_column(expanded.column_names.index(name), field, values.cast(field.type))
+    return pa.concat_tables([rows.filter(pc.invert(ranged)), expanded])
 
 
 def _distinct_keys(rows: pa.Table) -> pa.Table:

@@ -32,7 +32,7 @@ import pyarrow as pa
 from .delta_table import Location, child_location, is_uri, local_path
 from .delta_versions import query_table, table_identity
 from .journal_schema import JOURNAL_SCHEMA
-from .journal_writer import read_watermark
+from .journal_writer import journal_sql, read_watermark
 from .snapshot import (BOUNDS_SQL, DELETION, DELETIONS_SQL, HEADER, LIVE_MESSAGES_SQL, MESSAGE,
                        SNAPSHOT_SCHEMA, SNAPSHOT_SCHEMA_VERSION, snapshot_headers, snapshot_location)
 
@@ -179,7 +179,7 @@ def write_snapshot(spark: SparkSession, store: Location, *, keep: int = 2) -> Sn
     # every message below the watermark had ended; below the lowest live one too: the rows
     # with bodies are then read only from the files at or above it (their message_id stats)
     watermark = read_watermark(journal)
-    bounds = spark.sql(BOUNDS_SQL.format(watermark=watermark)).first()
+    bounds = spark.sql(journal_sql(BOUNDS_SQL, watermark, spark=True)).first()
     assert bounds is not None                                # scalar subqueries: one row
     if bounds["lowest_live"] is not None:
         watermark = max(watermark, int(bounds["lowest_live"]))
@@ -198,9 +198,9 @@ def _snapshot_rows(spark: SparkSession, version: int, watermark: int, journal_id
                    highest_message: int | None, highest_tx: int | None) -> DataFrame:
     from pyspark.sql import functions as F
 
-    messages = (spark.sql(LIVE_MESSAGES_SQL.format(watermark=watermark))
+    messages = (spark.sql(journal_sql(LIVE_MESSAGES_SQL, watermark, spark=True))
                 .withColumnRenamed("deliveries", "delivery_count").withColumn("kind", F.lit(MESSAGE)))
-    deletions = spark.sql(DELETIONS_SQL.format(watermark=watermark)).withColumn("kind", F.lit(DELETION))
+    deletions = spark.sql(journal_sql(DELETIONS_SQL, watermark, spark=True)).withColumn("kind", F.lit(DELETION))
     header = spark.createDataFrame(
         [(HEADER, highest_message, journal_id, highest_tx, dt.datetime.now(dt.timezone.utc),
           SNAPSHOT_SCHEMA_VERSION)],

@@ -213,20 +213,25 @@ def _tables(data_dir: Path | str, table: str) -> list[tuple[str, str]]:
                   if (node / table / "_delta_log").is_dir())
 
 
-#: columns journal schema 2 added, as Spark SQL types: a node's table still at schema 1
+#: columns journal schemas 2 and 3 added, as Spark SQL types: a node's table of an older schema
 #: (written by an older release, never opened since) shows them as NULL in the views
-_JOURNAL_SCHEMA_2_COLUMNS = {"message_format": "STRING", "native": "BINARY"}
+_JOURNAL_NEWER_COLUMNS = {"message_format": "STRING", "native": "BINARY", "first_message_id": "BIGINT"}
+
+#: the journal view's ``message_id``: a range row (schema 3) becomes one row per id of its range
+_EXPANDED_ID = ("explode(CASE WHEN first_message_id IS NULL THEN array(message_id)"
+                " ELSE sequence(first_message_id, message_id) END) AS message_id")
 
 
 def _journal_union(spark: SparkSession, data_dir: Path | str) -> str | None:
-    """The journal tables of every node, each padded to the newest schema."""
+    """The journal tables of every node, each padded to the newest schema, range rows expanded."""
     parts = []
     for node, location in _tables(data_dir, "journal"):
         if "'" in node or "`" in location:
             continue
         present = set(spark.read.format("delta").load(str(location)).columns)
-        columns = ", ".join(name if name in present or name not in _JOURNAL_SCHEMA_2_COLUMNS
-                            else f"CAST(NULL AS {_JOURNAL_SCHEMA_2_COLUMNS[name]}) AS {name}"
+        columns = ", ".join(_EXPANDED_ID if name == "message_id" and "first_message_id" in present
+                            else name if name in present or name not in _JOURNAL_NEWER_COLUMNS
+                            else f"CAST(NULL AS {_JOURNAL_NEWER_COLUMNS[name]}) AS {name}"
                             for name in JOURNAL_SCHEMA.names)
         parts.append(f"SELECT '{node}' AS node, {columns} FROM delta.`{location}`")
     return " UNION ALL ".join(parts) if parts else None

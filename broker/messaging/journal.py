@@ -104,6 +104,18 @@ class MessageJournal(Protocol):
         """``message`` left ``queue`` for good, with ``outcome`` (see the constants)."""
         ...
 
+    def delivered_ranges(self, queue: Queue, ranges: list[tuple[int, int]], delivery_count: int) -> None:
+        """The persistent messages of ``queue`` with the ids of ``ranges`` (``(first, last)``) went
+        to a lease consumer together (:mod:`broker.messaging.entry_runs`), each now delivered
+        ``delivery_count`` times: as :meth:`delivered` for each, recorded once per range."""
+        ...
+
+    def settled_ranges(self, queue: Queue, ranges: list[tuple[int, int]], outcome: str, reason: str | None,
+                       delivery_count: int) -> None:
+        """The messages of ``queue`` with the ids of ``ranges`` left it together: as :meth:`settled`
+        for each, recorded once per range."""
+        ...
+
     def queue_deleted(self, queue: Queue) -> None:
         """Durable ``queue`` was deleted with everything in it."""
         ...

@@ -45,6 +45,17 @@ whose lease had run out).  A message some other consumer took meanwhile is
 that consumer's: the job had it too (at-least-once).  Acks are journaled as
 ``settle`` rows, outcome ``acked``, reason ``consumer:<name>``.
 
+Runs
+----
+A grant takes the fresh messages at a standard queue's head as one
+:class:`~broker.messaging.entry_runs.EntryRun` (no entry per message; one
+journal row per range of consecutive ids), and a settlement naming every
+message of a held run acknowledges it whole (one ``settle`` row per range):
+the loop's work per grant and per settlement follows the number of ranges,
+not of messages.  Whatever must be handled one message at a time -- a claim,
+a release, a settlement naming only part of a run, a lease running out --
+first splits the runs it touches into their entries.
+
 Transient messages
 ------------------
 The job reads bodies from the journal, which holds only persistent messages
@@ -65,13 +76,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from broker.errors import ConfigurationError, PreconditionFailed
+from broker.messaging import id_ranges as ranges_of
+from broker.messaging.entry_runs import EntryRun
+from broker.messaging.id_ranges import Range
 from broker.messaging.journal import ACKED
 from broker.messaging.queue_entry import ACQUIRED, QueueEntry
 
 if TYPE_CHECKING:
     from broker.messaging.queue import Queue
 
-__all__ = ["LeaseConsumer", "Leases", "Grant", "Settlement", "id_ranges", "ids_in", "SETTLED_BY_PREFIX"]
+__all__ = ["LeaseConsumer", "Leases", "Grant", "Settlement", "id_ranges", "ids_in", "ranges_in", "SETTLED_BY_PREFIX"]
 
 log = logging.getLogger(__name__)
 
@@ -84,31 +98,30 @@ MAX_IDS = 1_000_000
 
 
 def id_ranges(ids: Iterable[int]) -> list[list[int]]:
-    """``ids`` as sorted, merged ``[first, last]`` ranges (both included)."""
-    ranges: list[list[int]] = []
-    for message_id in sorted(set(ids)):
-        if ranges and ranges[-1][1] + 1 == message_id:
-            ranges[-1][1] = message_id
-        else:
-            ranges.append([message_id, message_id])
-    return ranges
+    """``ids`` as sorted, merged ``[first, last]`` ranges (both included), as JSON has them."""
+    return [[first, last] for first, last in ranges_of.id_ranges(ids)]
 
 
-def ids_in(ranges: object, what: str = "messageIds") -> list[int]:
-    """The ids of ``[first, last]`` ranges (JSON), checked; ConfigurationError naming ``what``."""
+def ranges_in(ranges: object, what: str = "messageIds") -> list[Range]:
+    """``[first, last]`` ranges (JSON), checked and merged; ConfigurationError naming ``what``."""
     if not isinstance(ranges, list):
         raise ConfigurationError(f"parameter '{what}' must be a list of [first, last] id ranges")
-    ids: list[int] = []
+    total = 0
     for item in ranges:
         if (not isinstance(item, list) or len(item) != 2
                 or not all(isinstance(v, int) and not isinstance(v, bool) for v in item)
                 or item[0] < 1 or item[1] < item[0]):
             raise ConfigurationError(f"parameter '{what}': {item!r} is not a [first, last] range"
                                      " of message ids (1 <= first <= last)")
-        if len(ids) + item[1] - item[0] + 1 > MAX_IDS:
+        total += item[1] - item[0] + 1
+        if total > MAX_IDS:
             raise ConfigurationError(f"parameter '{what}' names more than {MAX_IDS} messages")
-        ids.extend(range(item[0], item[1] + 1))
-    return ids
+    return ranges_of.merge(ranges)
+
+
+def ids_in(ranges: object, what: str = "messageIds") -> list[int]:
+    """The ids of ``[first, last]`` ranges (JSON), checked; ConfigurationError naming ``what``."""
+    return ranges_of.expand(ranges_in(ranges, what))
 
 
 @dataclass(slots=True)
@@ -117,12 +130,27 @@ class Grant:
 
     #: the consumer's grant count (1 for its first)
     number: int
-    #: journal ids of the messages now held, in grant order
-    message_ids: list[int]
+    #: journal ids of the messages now held, as normal ranges
+    ranges: list[Range]
+    #: how many messages
+    count: int = 0
     #: how often the messages delivered before had been delivered from this queue (before this grant)
     redelivered: dict[int, int] = field(default_factory=dict)
     #: ids asked for (claims) that the consumer does not hold and could not take
     missing: list[int] = field(default_factory=list)
+    #: the ids in grant order: single ids and the ranges of runs
+    order: list[int | Range] = field(default_factory=list)
+
+    @property
+    def message_ids(self) -> list[int]:
+        """Journal ids of the messages now held, in grant order."""
+        ids: list[int] = []
+        for part in self.order:
+            if isinstance(part, int):
+                ids.append(part)
+            else:
+                ids.extend(range(part[0], part[1] + 1))
+        return ids
 
 
 @dataclass(slots=True)
@@ -148,10 +176,12 @@ class LeaseConsumer:
         self.lease_seconds = lease_seconds
         #: when the lease runs out (broker clock)
         self.deadline = now + lease_seconds
-        #: messages held for the current session, by journal id
+        #: messages held for the current session, by journal id; and in runs
         self.held: dict[int, QueueEntry] = {}
-        #: messages an earlier session of this consumer holds, and when they go back
+        self.runs: list[EntryRun] = []
+        #: messages an earlier session of this consumer holds (alone, in runs), and when they go back
         self.orphans: dict[int, QueueEntry] = {}
+        self.orphan_runs: list[EntryRun] = []
         self.orphan_deadline: float | None = None
         self.grants = 0
         self.settled = 0
@@ -160,7 +190,35 @@ class LeaseConsumer:
 
     @property
     def held_count(self) -> int:
-        return len(self.held) + len(self.orphans)
+        return (len(self.held) + len(self.orphans) + sum(len(run) for run in self.runs)
+                + sum(len(run) for run in self.orphan_runs))
+
+    def held_ids(self) -> list[int]:
+        """The ids held for the current session, ascending."""
+        return sorted([*self.held, *ranges_of.expand(r for run in self.runs for r in run.ranges)])
+
+    def orphan_ids(self) -> list[int]:
+        """The ids an earlier session holds, ascending."""
+        return sorted([*self.orphans, *ranges_of.expand(r for run in self.orphan_runs for r in run.ranges)])
+
+    def split(self, runs: list[EntryRun], into: dict[int, QueueEntry]) -> None:
+        """Hold the messages of ``runs`` (taken out of its run lists) one by one, in ``into``."""
+        for run in runs:
+            for entry in self.queue.split_run(run):
+                into[entry.message.journal_id] = entry
+        self.runs = [run for run in self.runs if run not in runs]
+        self.orphan_runs = [run for run in self.orphan_runs if run not in runs]
+
+    def split_all(self) -> None:
+        self.split(list(self.runs), self.held)
+        self.split(list(self.orphan_runs), self.orphans)
+
+    def split_touching(self, wanted: list[Range]) -> None:
+        """Split the runs holding any id of ``wanted``."""
+        for runs, into in ((self.runs, self.held), (self.orphan_runs, self.orphans)):
+            touched = [run for run in runs if ranges_of.overlaps(run.ranges, wanted)]
+            if touched:
+                self.split(touched, into)
 
     # -- Consumer: what the queue asks of it ---------------------------------------------
 
@@ -173,6 +231,7 @@ class LeaseConsumer:
     def queue_deleted(self, queue: Queue) -> None:
         self.held.clear()
         self.orphans.clear()
+        self.runs, self.orphan_runs = [], []
         self.leases.forget(self)
 
     def __repr__(self) -> str:
@@ -218,12 +277,13 @@ class Leases:
             log.info("lease consumer '%s' attached to queue '%s' in vhost '%s' (lease %ss)",
                      name, queue.name, queue.vhost, lease_seconds)
         elif session != consumer.session:
-            if consumer.held:
+            if consumer.held or consumer.runs:
                 consumer.orphans.update(consumer.held)
-                consumer.held = {}
+                consumer.orphan_runs.extend(consumer.runs)
+                consumer.held, consumer.runs = {}, []
                 consumer.orphan_deadline = now + consumer.lease_seconds
                 log.info("lease consumer '%s' of queue '%s': new session; %d messages of the last"
-                         " one held for %ss more", name, queue.name, len(consumer.orphans),
+                         " one held for %ss more", name, queue.name, consumer.held_count,
                          consumer.lease_seconds)
             consumer.session = session
         consumer.lease_seconds = lease_seconds
@@ -240,13 +300,27 @@ class Leases:
             raise ConfigurationError("parameter 'max' must not be negative")
         consumer = self.attach(queue, name, session, lease_seconds)
         taken: list[QueueEntry] = []
-        while len(taken) < max_messages:
+        runs: list[EntryRun] = []
+        order: list[int | Range] = []
+        wanted = max_messages
+        while wanted > 0:
+            run = queue.take_run(wanted)        # fresh persistent messages at the head, at once
+            if run is not None:
+                runs.append(run)
+                order.extend(run.ranges)
+                wanted -= len(run)
+                continue
             entry = queue.get()
             if entry is None:
                 break
             self._journal_transient(queue, entry)
             taken.append(entry)
-        return self._hold(consumer, taken)
+            order.append(entry.message.journal_id)
+            wanted -= 1
+        consumer.runs.extend(runs)
+        grant = self._with_runs(self._hold(consumer, taken), runs)
+        grant.order = order
+        return grant
 
     def claim(self, queue: Queue, name: str, session: str, ids: list[int],
               lease_seconds: float) -> Grant:
@@ -257,31 +331,57 @@ class Leases:
         another consumer -- are reported ``missing``.
         """
         consumer = self.attach(queue, name, session, lease_seconds)
+        remaining = ranges_of.id_ranges(ids)
+        adopted: list[EntryRun] = []            # runs named whole stay runs
+        for runs in (consumer.orphan_runs, consumer.runs):
+            for run in [run for run in runs if ranges_of.contains(remaining, run.ranges)]:
+                runs.remove(run)
+                adopted.append(run)
+                remaining = ranges_of.subtract(remaining, run.ranges)
+        consumer.runs.extend(adopted)
+        consumer.split_touching(remaining)
         wanted: set[int] = set()
         kept: list[QueueEntry] = []
-        for message_id in ids:
+        for message_id in ranges_of.expand(remaining):
             entry = consumer.orphans.pop(message_id, None) or consumer.held.get(message_id)
             if entry is not None:
                 kept.append(entry)
             else:
                 wanted.add(message_id)
-        if not consumer.orphans:
+        if not (consumer.orphans or consumer.orphan_runs):
             consumer.orphan_deadline = None
         taken = queue.acquire(lambda e: e.message.journal_id in wanted, len(wanted)) if wanted else []
         for entry in taken:
             self._journal_transient(queue, entry)
-        grant = self._hold(consumer, kept + taken)
+        grant = self._with_runs(self._hold(consumer, kept + taken), adopted)
         grant.missing = sorted(wanted - {entry.message.journal_id for entry in taken})
         return grant
 
     def settle(self, queue: Queue, name: str, session: str, ids: list[int],
                lease_seconds: float) -> Settlement:
         """Acknowledge ``ids`` for consumer ``name`` (idempotent; see the module)."""
+        return self.settle_ranges(queue, name, session, ranges_of.id_ranges(ids), lease_seconds)
+
+    def settle_ranges(self, queue: Queue, name: str, session: str, wanted: list[Range],
+                      lease_seconds: float) -> Settlement:
+        """Acknowledge the ids of ``wanted`` (normal ranges) for consumer ``name``.
+
+        Held runs whose every message is named are settled whole (one journal
+        row per range); the runs named in part are split, and the rest is
+        settled message by message.
+        """
         consumer = self.attach(queue, name, session, lease_seconds)
         result = Settlement()
         by = SETTLED_BY_PREFIX + name
+        for runs in (consumer.runs, consumer.orphan_runs):
+            whole = [run for run in runs if ranges_of.contains(wanted, run.ranges)]
+            for run in whole:
+                result.settled += queue.settle_run(run, by)
+                wanted = ranges_of.subtract(wanted, run.ranges)
+                runs.remove(run)
+        consumer.split_touching(wanted)
         back: set[int] = set()
-        for message_id in ids:
+        for message_id in ranges_of.expand(wanted):
             entry = consumer.held.pop(message_id, None) or consumer.orphans.pop(message_id, None)
             if entry is None:
                 back.add(message_id)
@@ -294,7 +394,7 @@ class Leases:
                 if self._ack(queue, entry, by):
                     result.settled += 1
         result.unknown = len(back)
-        if not consumer.orphans:
+        if not (consumer.orphans or consumer.orphan_runs):
             consumer.orphan_deadline = None
         consumer.settled += result.settled
         return result
@@ -311,6 +411,7 @@ class Leases:
             count = consumer.held_count
             self._detach(consumer)
             return count
+        consumer.split_touching(ranges_of.id_ranges(ids))
         entries = [entry for message_id in ids
                    if (entry := consumer.held.pop(message_id, None) or consumer.orphans.pop(message_id, None))]
         self._requeue(queue, entries)
@@ -335,6 +436,7 @@ class Leases:
                          consumer.held_count)
                 self._detach(consumer)
             elif consumer.orphan_deadline is not None and consumer.orphan_deadline <= now:
+                consumer.split(list(consumer.orphan_runs), consumer.orphans)
                 orphans, consumer.orphans = consumer.orphans, {}
                 consumer.orphan_deadline = None
                 log.info("consumer '%s' on queue '%s': %d messages of an earlier session go back",
@@ -352,6 +454,7 @@ class Leases:
             callback()
 
     def _detach(self, consumer: LeaseConsumer) -> None:
+        consumer.split_all()
         entries = [*consumer.orphans.values(), *consumer.held.values()]
         consumer.held, consumer.orphans, consumer.orphan_deadline = {}, {}, None
         queue = consumer.queue
@@ -385,13 +488,25 @@ class Leases:
     def _hold(self, consumer: LeaseConsumer, entries: list[QueueEntry]) -> Grant:
         """Hold ``entries`` (acquired) for ``consumer``: a grant of them."""
         consumer.grants += 1
-        grant = Grant(consumer.grants, [])
+        grant = Grant(consumer.grants, [], len(entries))
+        ids = []
         for entry in entries:
             message_id = entry.message.journal_id
             consumer.held[message_id] = entry
-            grant.message_ids.append(message_id)
+            ids.append(message_id)
             if entry.delivery_count:
                 grant.redelivered[message_id] = entry.delivery_count
+        grant.ranges = ranges_of.id_ranges(ids)
+        grant.order.extend(ids)
+        return grant
+
+    @staticmethod
+    def _with_runs(grant: Grant, runs: list[EntryRun]) -> Grant:
+        """``grant`` with the messages of ``runs`` (held already) in it too."""
+        if runs:
+            grant.ranges = ranges_of.merge([*grant.ranges, *(r for run in runs for r in run.ranges)])
+            grant.count += sum(len(run) for run in runs)
+            grant.order.extend(r for run in runs for r in run.ranges)
         return grant
 
     def _journal_transient(self, queue: Queue, entry: QueueEntry) -> None:

@@ -29,6 +29,9 @@ own deletion.  Recovery puts journaled messages back with :meth:`Queue.restore`,
 which reports nothing.  A persistent message joins the queue only once its
 ``enqueue`` row is durable (:mod:`broker.messaging.arrivals`).
 
+Lease consumers take and settle many fresh messages at once as runs
+(:mod:`broker.messaging.entry_runs`).
+
 Consumers and dispatch are in :mod:`broker.messaging.consumers`; entries, their
 states and the consumer and host interfaces in :mod:`broker.messaging.queue_entry`.
 """
@@ -43,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable
 from broker.messaging.arguments import QueueSettings, queue_settings
 from broker.messaging.arrivals import ArrivalHold, enqueue_all
 from broker.messaging.consumers import DELIVERED, ConsumerDispatch
+from broker.messaging.entry_runs import RunTaking
 from broker.messaging.journal import ACKED, PURGED, REPLACED, Durability, MessageJournal, settle_outcome
 from broker.messaging.message import Message
 from broker.messaging.queue_entry import ACQUIRED, AVAILABLE, SETTLED, Consumer, QueueEntry, QueueHost
@@ -54,7 +58,7 @@ if TYPE_CHECKING:
 __all__ = ["Queue", "QueueEntry", "enqueue_all", "Consumer", "QueueHost", "AVAILABLE", "ACQUIRED", "SETTLED"]
 
 
-class Queue(ConsumerDispatch, ArrivalHold):
+class Queue(ConsumerDispatch, ArrivalHold, RunTaking):
     """The standard FIFO queue (and the base of the other kinds)."""
 
     type: ClassVar[str] = "standard"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker.errors import PreconditionFailed
-from broker.messaging.leases import Grant, LeaseConsumer, Leases, id_ranges, ids_in
+from broker.messaging.leases import Grant, LeaseConsumer, Leases, id_ranges, ids_in, ranges_in
 from broker.model.attributes import derived
 from broker.model.configured_object import ConfiguredObject
 from broker.model.runtime import Consumer
@@ -102,8 +102,8 @@ def _answer(queue_view: Any, live: LiveQueue, name: str, session: str, grant: Gr
         clock = consumer.leases.clock
         answer["leaseExpires"] = int((time.time() + consumer.deadline - clock()) * 1000)
     if grant is not None:
-        answer.update(grant=grant.number, count=len(grant.message_ids),
-                      messageIds=id_ranges(grant.message_ids),
+        answer.update(grant=grant.number, count=grant.count,
+                      messageIds=[[first, last] for first, last in grant.ranges],
                       redelivered=sorted([i, n] for i, n in grant.redelivered.items()),
                       missing=id_ranges(grant.missing))
     return answer
@@ -131,10 +131,10 @@ def settle(queue_view: Any, consumer: str, session: str, message_ids: Any,
            lease_seconds: int) -> dict[str, Any]:
     live: LiveQueue = queue_view.live_object
     leases = _leases(queue_view)
-    ids = ids_in(message_ids)
+    wanted = ranges_in(message_ids)
     # not a journal transaction: should the commit fail, the journal keeps plain settle rows
     # and commits them again (a transaction's would be given up)
-    done = leases.settle(live, consumer, session, ids, lease_seconds)
+    done = leases.settle_ranges(live, consumer, session, wanted, lease_seconds)
     _attached(queue_view, leases, live, consumer)
     answer = _answer(queue_view, live, consumer, session, None)
     answer.update(settled=done.settled, unknown=done.unknown)

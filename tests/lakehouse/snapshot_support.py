@@ -23,6 +23,7 @@ from broker.messaging.namespace import Namespace
 from broker.protocol.amqp0_9_1.properties import FORMAT, encode_properties
 from lakehouse.delta_versions import query_table, table_identity
 from lakehouse.journal import DeltaMessageJournal
+from lakehouse.journal_writer import journal_sql
 from lakehouse.snapshot import (BOUNDS_SQL, DELETION, DELETIONS_SQL, HEADER, LIVE_MESSAGES_SQL, LIVE_SCHEMA,
                                 MESSAGE, SNAPSHOT_SCHEMA, SNAPSHOT_SCHEMA_VERSION, snapshot_location)
 
@@ -41,7 +42,8 @@ def commit(journal: DeltaMessageJournal) -> None:
 
 def build_varied_journal(path: Path) -> tuple[DeltaMessageJournal, Namespace]:
     """A journal of many commits: fan-out, acks, requeues, held deliveries, a transaction,
-    dead letters, a purge, a queue deleted and declared again, a queue deleted for good."""
+    dead letters, a purge, a queue deleted and declared again, a queue deleted for good,
+    a lease consumer's grants and settlement (range rows)."""
     ns = Namespace("v")
     journal = DeltaMessageJournal(path, "v")
     journal.open()
@@ -93,6 +95,14 @@ def build_varied_journal(path: Path) -> tuple[DeltaMessageJournal, Namespace]:
         dead.enqueue(persistent(b"late-%d" % i))
     dead.settle(dead.get())                                 # type: ignore[arg-type]  # the dead letter acked
     commit(journal)                                         # version 6
+    stream = ns.declare_queue("stream", durable=True)[0]    # a Spark job's queue: range rows
+    for i in range(8):
+        stream.enqueue(persistent(b"stream-%d" % i))
+    commit(journal)                                         # version 7
+    first = ns.leases.grant(stream, "job", "s1", 3, 60.0)
+    ns.leases.grant(stream, "job", "s1", 3, 60.0)           # held: delivered, not settled
+    ns.leases.settle(stream, "job", "s1", first.message_ids, 60.0)
+    commit(journal)                                         # version 8
     orders.enqueue(persistent(b"last"))
     return journal, ns
 
@@ -106,12 +116,17 @@ def full_live(journal: DeltaMessageJournal) -> list[dict[str, Any]]:
         journal.use_snapshots = use
 
 
+def _ranged(journal: Path | str, version: int) -> bool:
+    """Whether the journal at ``version`` has the column of range rows (schema 3)."""
+    return "first_message_id" in query_table(journal, "SELECT * FROM t LIMIT 0", version=version).column_names
+
+
 def snapshot_rows_with_datafusion(journal: Path | str, version: int) -> pa.Table:
     """The rows ``deltamq spark snapshot`` writes for the journal at ``version`` (no watermark file)."""
-    highest = query_table(journal, BOUNDS_SQL.format(watermark=0), version=version).to_pylist()[0]
+    highest = query_table(journal, journal_sql(BOUNDS_SQL, 0, ranges=_ranged(journal, version)), version=version).to_pylist()[0]
     watermark = highest["lowest_live"] or 0                 # as the job does
-    messages = query_table(journal, LIVE_MESSAGES_SQL.format(watermark=watermark), version=version)
-    deletions = query_table(journal, DELETIONS_SQL.format(watermark=watermark), version=version)
+    messages = query_table(journal, journal_sql(LIVE_MESSAGES_SQL, watermark, ranges=_ranged(journal, version)), version=version)
+    deletions = query_table(journal, journal_sql(DELETIONS_SQL, watermark, ranges=_ranged(journal, version)), version=version)
     _, journal_id = table_identity(journal)
     rows: list[dict[str, Any]] = []
     for row in messages.to_pylist():

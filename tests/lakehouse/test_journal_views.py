@@ -325,3 +325,34 @@ def test_files_carry_time_bounds_so_spark_skips_old_files_by_time(spark: Any, tm
     recent = spark.read.format("delta").load(str(path)).where(f"at >= TIMESTAMP '{new.isoformat()}'")
     assert [r.message_id for r in recent.select("message_id").collect()] == [2]
     table.close()
+
+
+def test_range_rows_show_one_row_per_message_in_every_view(spark: Any, data_dir: Path, tmp_path: Path) -> None:
+    """A lease consumer's grants and settlement (range rows, schema 3) read as per-message rows."""
+    from lakehouse.spark import register_views
+
+    ranges = tmp_path / "ranges"
+    write(ranges / "gamma" / "journal", [
+        [message("stream", i, T(1), b"s%d" % i) for i in range(1, 7)],
+        [row("deliver", "stream", 3, T(2), delivery_count=1, first_message_id=1),
+         row("deliver", "stream", 6, T(2), delivery_count=1, first_message_id=4)],
+        [row("settle", "stream", 3, T(3), delivery_count=1, outcome="acked", reason="consumer:job",
+             first_message_id=1)],
+    ]).close()
+    try:
+        register_views(spark, ranges)
+        journal = spark.sql("SELECT event, message_id, first_message_id FROM journal"
+                            " WHERE event <> 'enqueue' ORDER BY event, message_id").collect()
+        assert [(r.event, r.message_id, r.first_message_id) for r in journal] == [
+            ("deliver", 1, 1), ("deliver", 2, 1), ("deliver", 3, 1), ("deliver", 4, 4), ("deliver", 5, 4),
+            ("deliver", 6, 4), ("settle", 1, 1), ("settle", 2, 1), ("settle", 3, 1)]
+        history = spark.sql("SELECT message_id, outcome, settled_at, delivery_count FROM queue_history"
+                            " ORDER BY message_id").collect()
+        assert [(r.message_id, r.outcome, r.settled_at is not None, r.delivery_count) for r in history] == [
+            (1, "acked", True, 1), (2, "acked", True, 1), (3, "acked", True, 1),
+            (4, None, False, 1), (5, None, False, 1), (6, None, False, 1)]
+        live = spark.sql("SELECT message_id, body, redelivered FROM live_messages ORDER BY message_id").collect()
+        assert [(r.message_id, r.body, r.redelivered) for r in live] == [
+            (4, b"s4", True), (5, b"s5", True), (6, b"s6", True)]
+    finally:
+        register_views(spark, data_dir)

@@ -44,7 +44,13 @@ def test_snapshot_plus_tail_equals_full_recovery_from_every_version(
     # the journal really is varied: redelivered, shared, dead-lettered, re-declared queues
     assert {(r["queue"], r["body"], r["deliveries"]) for r in expected} >= {
         ("orders", b"order-1", 1), ("orders", b"shared", 0), ("work", b"work-1", 1),
-        ("doomed", b"doomed-1", 0), ("orders", b"tx-0", 0), ("orders", b"last", 0)}
+        ("doomed", b"doomed-1", 0), ("orders", b"tx-0", 0), ("orders", b"last", 0),
+        ("stream", b"stream-3", 1), ("stream", b"stream-6", 0)}
+    # ... a lease consumer's two grants and one settlement, each one range row
+    ranged = journal.table.read("SELECT event, message_id - first_message_id + 1 AS n FROM t"
+                                " WHERE first_message_id IS NOT NULL ORDER BY event").to_pylist()
+    assert ranged == [{"event": "deliver", "n": 3}] * 2 + [{"event": "settle", "n": 3}]
+    assert not any(r["queue"] == "stream" and r["body"] in (b"stream-0", b"stream-2") for r in expected)
     assert any(r["queue"] == "dead" and r["body"] == b"work-0" for r in expected) is False   # acked there
     assert not any(r["queue"] in ("scratch", "audit") for r in expected)
     for version in range(0, last + 1):

@@ -113,8 +113,11 @@ def start(frame: Any, sink: Batches, checkpoint: Path) -> Any:
 
 def journal_rows(broker: DeltaMQProcess, queue: str) -> list[dict[str, Any]]:
     table = journal(str(broker.dir / "data" / "default" / "journal"))
-    return table.read(f"SELECT event, message_id, delivery_count, outcome, reason FROM t"
-                      f" WHERE queue = '{queue}'").to_pylist()
+    # a range row (a grant or a settlement of many: journal schema 3) as one row per message
+    return table.read(f"""
+        SELECT event, unnest(generate_series(COALESCE(first_message_id, message_id), message_id)) AS message_id,
+               delivery_count, outcome, reason
+        FROM t WHERE queue = '{queue}'""").to_pylist()
 
 
 def pika_take(broker: DeltaMQProcess, queue: str, timeout: float) -> list[tuple[bytes, bool]]:

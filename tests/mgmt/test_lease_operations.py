@@ -63,8 +63,13 @@ def grant(api: Api, queue: str, **body: Any) -> dict[str, Any]:
 
 def rows(data_dir: str, queue: str) -> list[dict[str, Any]]:
     table = journal(os.path.join(data_dir, "default", "journal"))
-    found = table.read(f"SELECT event, message_id, delivery_count, outcome, reason FROM t"
-                       f" WHERE queue = '{queue}' ORDER BY at, event")
+    # a range row (a grant or a settlement of many: journal schema 3) as one row per message
+    found = table.read(f"""
+        SELECT event, message_id, delivery_count, outcome, reason FROM (
+            SELECT at, event, unnest(generate_series(COALESCE(first_message_id, message_id), message_id))
+                   AS message_id, delivery_count, outcome, reason
+            FROM t WHERE queue = '{queue}')
+        ORDER BY at, event, message_id""")
     return found.to_pylist()
 
 

@@ -23,10 +23,15 @@ class Group:
 
 
 class RecordingJournal:
-    """Events as tuples ``(event, queue, message_id, ...)``; :meth:`complete` makes a group durable."""
+    """Events as tuples ``(event, queue, message_id, ...)``; :meth:`complete` makes a group durable.
+
+    Events reported by ranges are recorded per message in :attr:`events` (what
+    they stand for) and as reported in :attr:`range_events`.
+    """
 
     def __init__(self) -> None:
         self.events: list[tuple[Any, ...]] = []
+        self.range_events: list[tuple[Any, ...]] = []
         self.group = Group()
         self.next_id = 1
         self.tx: int | None = None
@@ -69,6 +74,19 @@ class RecordingJournal:
     def settled(self, queue: Queue, message: Message, outcome: str, reason: str | None = None,
                 delivery_count: int = 0) -> None:
         self._record("settle", queue.name, message.journal_id, outcome, reason, delivery_count, self.tx)
+
+    def delivered_ranges(self, queue: Queue, ranges: list[tuple[int, int]], delivery_count: int) -> None:
+        self.range_events.append(("deliver", queue.name, list(ranges), delivery_count))
+        for first, last in ranges:
+            for message_id in range(first, last + 1):
+                self._record("deliver", queue.name, message_id, delivery_count)
+
+    def settled_ranges(self, queue: Queue, ranges: list[tuple[int, int]], outcome: str, reason: str | None,
+                       delivery_count: int) -> None:
+        self.range_events.append(("settle", queue.name, list(ranges), outcome, reason, delivery_count))
+        for first, last in ranges:
+            for message_id in range(first, last + 1):
+                self._record("settle", queue.name, message_id, outcome, reason, delivery_count, self.tx)
 
     def queue_deleted(self, queue: Queue) -> None:
         self._record("queue_deleted", queue.name)

@@ -141,15 +141,15 @@ def test_a_new_session_keeps_the_old_sessions_messages_held_for_one_lease(
     claim = leases.claim(queue, "job", "new", [3, 4], LEASE)
     assert claim.message_ids == [3, 4] and claim.missing == []
     consumer = leases.find(queue, "job")
-    assert consumer is not None and sorted(consumer.held) == [3, 4] and sorted(consumer.orphans) == [5, 6]
+    assert consumer is not None and consumer.held_ids() == [3, 4] and consumer.orphan_ids() == [5, 6]
     assert leases.grant(queue, "job", "new", 10, LEASE).message_ids == []   # 5, 6 still held
     clock.advance(LEASE - 1)
     leases.grant(queue, "job", "new", 0, LEASE)           # the new session renews ...
     ns.run_due(clock())
-    assert sorted(consumer.orphans) == [5, 6]             # ... not the old one's: held one lease
+    assert consumer.orphan_ids() == [5, 6]                # ... not the old one's: held one lease
     clock.advance(1)
     ns.run_due(clock())
-    assert sorted(consumer.orphans) == [] and queue.message_count == 2      # 5 and 6 went back
+    assert consumer.orphan_ids() == [] and queue.message_count == 2      # 5 and 6 went back
     assert leases.grant(queue, "job", "new", 10, LEASE).message_ids == [5, 6]
     assert leases.grant(queue, "job", "new", 10, LEASE).redelivered == {}
 
