@@ -36,6 +36,7 @@ from broker.listeners import Listeners, ManagementPlugin
 from broker.protocol.detect import AmqpVersion
 from broker.protocol.engine import ENGINES, Engine
 from broker.resource_alarms import CHECK_INTERVAL, ResourceAlarms
+from broker.security import mechanisms, scram_login
 from broker.transport.tcp import AmqpProtocol, ConnectionRegistry
 
 log = logging.getLogger("deltamq")
@@ -75,7 +76,13 @@ class BrokerHost:
         return self.port.provider
 
     def sasl_mechanisms(self, remote_host: str) -> list[str]:
-        return list(self.provider.sasl_mechanisms)
+        # Broker-J offers secure-only mechanisms on TLS connections; until a connection
+        # can tell, a port is secure when every one of its transports is
+        return self.provider.available_mechanisms(mechanisms.is_secure(self.port.transports))
+
+    def sasl_server(self, mechanism: str, remote_host: str) -> Any:
+        """The exchange of a multi-step mechanism (SCRAM) with the port's provider."""
+        return scram_login.sasl_server(self.provider, mechanism, remote_host)
 
     def authenticate(self, username: str, password: str, remote_host: str) -> Any:
         return self.provider.authenticate(username, password, remote_host)

@@ -28,12 +28,14 @@ from typing import TYPE_CHECKING, Any, cast
 from broker.errors import AuthenticationFailed, ConfigurationError
 from broker.model.attributes import attribute
 from broker.model.configured_object import ConfiguredObject, State
+from broker.security import mechanisms
 from broker.security.addresses import is_loopback
 from broker.security.principal import Principal
 from broker.security.throttle import LoginThrottle
 
 if TYPE_CHECKING:
     from broker.model.broker import Broker
+    from broker.security.scram import ScramCredential
 
 
 def refused(mechanism: str, why: str = "") -> AuthenticationFailed:
@@ -55,6 +57,14 @@ class AuthenticationProvider(ConfiguredObject):
         description="Users who may only connect from the loopback interface"
                     " (RabbitMQ's loopback_users)")
 
+    secure_only_mechanisms = attribute(
+        list, of=str, default=[],
+        description="Mechanisms offered only on secure (TLS) connections (Broker-J's"
+                    " secureOnlyMechanisms; e.g. PLAIN, AMQPLAIN)")
+    disabled_mechanisms = attribute(
+        list, of=str, default=[],
+        description="Mechanisms never offered (Broker-J's disabledMechanisms)")
+
     def __init__(self, parent: ConfiguredObject | None, attributes: Mapping[str, Any],
                  *, id: str | None = None) -> None:
         super().__init__(parent, attributes, id=id)
@@ -62,8 +72,17 @@ class AuthenticationProvider(ConfiguredObject):
 
     @property
     def sasl_mechanisms(self) -> list[str]:
-        """Mechanisms offered to clients, most preferred first."""
+        """Mechanisms the type knows, most preferred first."""
         return []
+
+    def available_mechanisms(self, secure: bool) -> list[str]:
+        """Mechanisms offered on a (non-)secure connection (see :mod:`broker.security.mechanisms`)."""
+        return mechanisms.available(self.sasl_mechanisms, self.disabled_mechanisms,
+                                    self.secure_only_mechanisms, secure)
+
+    def scram_credential(self, username: str, mechanism: str) -> ScramCredential | None:
+        """The stored SCRAM keys of ``username`` for ``mechanism``; None if there are none."""
+        return None
 
     @property
     def allows_anonymous(self) -> bool:
@@ -164,6 +183,24 @@ class AuthenticationProvider(ConfiguredObject):
 
     def user_removed(self, user: User) -> None:
         """Forget a deleted user."""
+
+    def validate(self) -> None:
+        super().validate()
+        for port in self._ports():
+            self.check_port(port.label, port.attributes().get("transports") or ["TCP"])
+
+    def check_port(self, port_label: str, transports: list[Any]) -> None:
+        """ConfigurationError if a port with ``transports`` would get no mechanism from here."""
+        mechanisms.check_port(port_label, self.label, self.sasl_mechanisms,
+                              self.disabled_mechanisms, self.secure_only_mechanisms, transports)
+
+    def _ports(self) -> list[ConfiguredObject]:
+        broker = self.parent
+        if broker is None:
+            return []
+        return [port for port in broker.children("Port")
+                if port.attributes().get("authenticationProvider") == self.name
+                and port.attributes().get("type", "AMQP") == "AMQP"]
 
     def validate_delete(self) -> None:
         broker = self.parent

@@ -299,6 +299,7 @@ class AmqpPort(Port):
         if not self.authentication_provider:
             raise ConfigurationError(f"{self.label}: attribute 'authenticationProvider' is"
                                      " mandatory for an AMQP port")
+        self.provider.check_port(self.label, list(self.transports))
 
 
 class HttpPort(Port):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from broker.messaging.namespace import Namespace
+    from broker.security.sasl_exchange import SaslServer
 
 
 class Principal(Protocol):
@@ -33,6 +34,11 @@ class ProtocolHost(Protocol):
     def authenticate(self, username: str, password: str, remote_host: str) -> Principal: ...
 
     def authenticate_anonymous(self, remote_host: str) -> Principal: ...
+
+    def sasl_server(self, mechanism: str, remote_host: str) -> SaslServer:
+        """The exchange of a mechanism other than PLAIN, AMQPLAIN and ANONYMOUS
+        (:mod:`broker.security.sasl_exchange`)."""
+        ...
 
     def open_virtual_host(self, name: str, principal: Principal) -> Namespace:
         """The namespace of virtual host ``name`` (``/`` and "" mean the default).

@@ -14,6 +14,12 @@ HMAC, under a random per-process key, of (stored hash, password), and later
 logins with the same password are checked against it in constant time.  A
 changed password changes the stored hash, so a remembered value never
 outlives it.
+
+Setting a password (``deltamq user``, or management creating or changing a
+User) also keeps its SCRAM keys (:mod:`broker.security.scram`), with the
+iteration count of context variable ``deltamq.auth.scram.iteration_count``
+(default 4096): the provider offers SCRAM-SHA-256 and SCRAM-SHA-1 before
+PLAIN and AMQPLAIN (:mod:`broker.security.scram_login`).
 """
 
 from __future__ import annotations
@@ -25,16 +31,22 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
+from broker.errors import ConfigurationError
 from broker.model.attributes import attribute
 from broker.model.authentication import AuthenticationProvider, User, refused
 from broker.model.configured_object import ConfiguredObject, State
+from broker.security import scram
 from broker.security.passwords import DEFAULT_ADMINISTRATOR, PasswordFile, UserEntry, \
-    hash_password, verify_password
+    hash_password, scram_keys, verify_password
 from broker.security.principal import Principal
+from broker.security.scram import ScramCredential
 
 log = logging.getLogger(__name__)
 
 DEFAULT_USER = (DEFAULT_ADMINISTRATOR, "guest")
+#: the context variable giving the SCRAM iteration count of passwords set from now on
+#: (Broker-J's qpid.auth.scram.iteration_count)
+SCRAM_ITERATIONS_VARIABLE = "deltamq.auth.scram.iteration_count"
 
 
 class PasswordFileAuthenticationProvider(AuthenticationProvider):
@@ -54,6 +66,10 @@ class PasswordFileAuthenticationProvider(AuthenticationProvider):
         self._cache_key = secrets.token_bytes(32)
         self._verified: dict[str, bytes] = {}
         self._dummy_hash: str | None = None
+        #: SCRAM keys by user and mechanism, as last read from the file
+        self._scram: dict[str, dict[str, ScramCredential]] = {}
+        #: SCRAM keys of passwords just encoded, by their hash, until the user is written
+        self._new_scram: dict[str, dict[str, ScramCredential]] = {}
 
     @property
     def password_file(self) -> PasswordFile:
@@ -63,7 +79,7 @@ class PasswordFileAuthenticationProvider(AuthenticationProvider):
 
     @property
     def sasl_mechanisms(self) -> list[str]:
-        mechanisms = ["PLAIN", "AMQPLAIN"]
+        mechanisms = [*scram.MECHANISMS, "PLAIN", "AMQPLAIN"]
         if self.allow_anonymous:
             mechanisms.append("ANONYMOUS")
         return mechanisms
@@ -81,7 +97,8 @@ class PasswordFileAuthenticationProvider(AuthenticationProvider):
             log.warning("%s: creating %s with the default user '%s'", self.label,
                         self._file.path, name)
             # an administrator, as RabbitMQ's guest is; it logs in from loopback only
-            self._file.save({name: UserEntry(hash_password(password), administrator=True)})
+            self._file.save({name: UserEntry(hash_password(password), administrator=True,
+                                             scram=scram_keys(password, self.scram_iterations))})
         self._load_users()
 
     def on_close(self) -> None:
@@ -105,6 +122,25 @@ class PasswordFileAuthenticationProvider(AuthenticationProvider):
             raise refused(mechanism)
         self.check_loopback(username, remote_host, mechanism)
         return Principal(username, self.name)
+
+    def scram_credential(self, username: str, mechanism: str) -> ScramCredential | None:
+        self.refresh()
+        return self._scram.get(username, {}).get(mechanism)
+
+    @property
+    def scram_iterations(self) -> int:
+        """The SCRAM iteration count for new passwords (context variable, default 4096)."""
+        found = self._lookup(SCRAM_ITERATIONS_VARIABLE)
+        text = self.resolve(found) if found is not None else str(scram.DEFAULT_ITERATIONS)
+        try:
+            count = int(text)
+        except ValueError:
+            count = 0
+        if not scram.MIN_ITERATIONS <= count <= scram.MAX_ITERATIONS:
+            raise ConfigurationError(f"context variable {SCRAM_ITERATIONS_VARIABLE} must be an"
+                                     f" integer from {scram.MIN_ITERATIONS} to"
+                                     f" {scram.MAX_ITERATIONS}, not {text!r}")
+        return count
 
     def _verify(self, username: str, password: str, stored: str) -> bool:
         tag = hmac.new(self._cache_key, stored.encode() + b"\x00" + password.encode("utf-8"),
@@ -133,6 +169,7 @@ class PasswordFileAuthenticationProvider(AuthenticationProvider):
         stamp = self.password_file.stamp()
         entries = self.password_file.load()
         self._stamp = stamp
+        self._scram = {name: entry.scram for name, entry in entries.items()}
         for user in self.users:
             if user.name not in entries:
                 self._verified.pop(user.name, None)
@@ -153,7 +190,9 @@ class PasswordFileAuthenticationProvider(AuthenticationProvider):
                 existing._values = existing._resolve()
 
     def encode_password(self, password: str) -> str:
-        return hash_password(password)
+        encoded = hash_password(password)
+        self._new_scram[encoded] = scram_keys(password, self.scram_iterations)
+        return encoded
 
     def user_added(self, user: User) -> None:
         self._write(user.name, _entry(user))
@@ -171,6 +210,12 @@ class PasswordFileAuthenticationProvider(AuthenticationProvider):
         if entry is None:
             entries.pop(name, None)
         else:
+            old = entries.get(name)
+            keys = self._new_scram.pop(entry.password, None)
+            if keys is not None:
+                entry.scram = keys
+            elif old is not None and old.password == entry.password:
+                entry.scram = old.scram             # the password did not change
             entries[name] = entry
         self.password_file.save(entries)
         self._stamp = None  # re-read at the next login: picks up others' edits too

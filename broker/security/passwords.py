@@ -5,12 +5,18 @@ Hashes are scrypt (RFC 7914) with a random 16-byte salt, written as
 without invalidating stored users.  Comparison is constant-time.
 
 The password file is JSON -- ``{"users": {"guest": {"password": "<hash>",
-"virtualHosts": [], "administrator": true}}}`` -- written atomically
+"virtualHosts": [], "administrator": true, "scram": {...}}}}`` -- written atomically
 (temporary file, fsync, rename) with mode 0600; it never holds a password in
 clear.  ``administrator`` marks the users who may manage the broker itself
 (:mod:`mgmt.security`); a file written before the field existed (no user has
 it) makes ``guest`` the administrator, as a new file does.  Both the broker's
 PasswordFile provider and ``deltamq user ...`` use :class:`PasswordFile`.
+
+``scram`` holds, per SCRAM mechanism, the salt, iteration count, StoredKey and
+ServerKey of RFC 5802 (:class:`~broker.security.scram.ScramCredential`,
+base64): what a SCRAM login needs, never the password.  Setting a password
+writes both the scrypt hash and the SCRAM keys; a user whose password was set
+before the file kept SCRAM keys has none and logs in with PLAIN only.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import binascii
 import hashlib
 import hmac
 import json
+import logging
 import os
 import secrets
 import tempfile
@@ -28,6 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.errors import ConfigurationError
+from broker.security import scram
+from broker.security.scram import ScramCredential
+
+log = logging.getLogger(__name__)
 
 SCHEME = "scrypt"
 #: cost parameters for new hashes: ~50 ms and 16 MiB per verification
@@ -78,11 +89,13 @@ def _b64(data: bytes) -> str:
 @dataclass
 class UserEntry:
     """One user as the file keeps it: the hash, the virtual hosts allowed (empty: all),
-    and whether the user is an administrator."""
+    whether the user is an administrator, and the SCRAM keys by mechanism (none for a
+    user whose password was set before the file kept them)."""
 
     password: str
     virtual_hosts: list[str] = field(default_factory=list)
     administrator: bool = False
+    scram: dict[str, ScramCredential] = field(default_factory=dict, compare=False)
 
 
 class PasswordFile:
@@ -118,17 +131,15 @@ class PasswordFile:
             return {str(name): UserEntry(
                         str(entry["password"]), [str(v) for v in entry.get("virtualHosts", [])],
                         _flag(entry.get("administrator", before_roles
-                                        and name == DEFAULT_ADMINISTRATOR)))
+                                        and name == DEFAULT_ADMINISTRATOR)),
+                        _scram(entry.get("scram", {})))
                     for name, entry in users.items()}
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError) as exc:
             raise ConfigurationError(f"password file {self.path} is malformed: {exc}") from None
 
     def save(self, users: Mapping[str, UserEntry]) -> None:
         """Replace the file's content atomically (readable by its owner only)."""
-        document = {"users": {name: {"password": entry.password,
-                                     "virtualHosts": list(entry.virtual_hosts),
-                                     "administrator": entry.administrator}
-                              for name, entry in sorted(users.items())}}
+        document = {"users": {name: _document(entry) for name, entry in sorted(users.items())}}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=".passwords-")
         try:
@@ -147,12 +158,13 @@ class PasswordFile:
     # -- what ``deltamq user`` does ------------------------------------------------
 
     def add_user(self, name: str, password: str, virtual_hosts: list[str] | None = None,
-                 *, administrator: bool = False) -> None:
+                 *, administrator: bool = False,
+                 scram_iterations: int = scram.DEFAULT_ITERATIONS) -> None:
         users = self.load()
         if name in users:
             raise ConfigurationError(f"user '{name}' already exists in {self.path}")
         users[name] = UserEntry(hash_password(_checked(name, password)), list(virtual_hosts or []),
-                                administrator)
+                                administrator, scram_keys(password, scram_iterations))
         self.save(users)
 
     def set_administrator(self, name: str, administrator: bool) -> None:
@@ -162,11 +174,13 @@ class PasswordFile:
         users[name].administrator = administrator
         self.save(users)
 
-    def change_password(self, name: str, password: str) -> None:
+    def change_password(self, name: str, password: str, *,
+                        scram_iterations: int = scram.DEFAULT_ITERATIONS) -> None:
         users = self.load()
         if name not in users:
             raise ConfigurationError(f"no user '{name}' in {self.path}")
         users[name].password = hash_password(_checked(name, password))
+        users[name].scram = scram_keys(password, scram_iterations)
         self.save(users)
 
     def remove_user(self, name: str) -> None:
@@ -174,6 +188,34 @@ class PasswordFile:
         if users.pop(name, None) is None:
             raise ConfigurationError(f"no user '{name}' in {self.path}")
         self.save(users)
+
+
+def scram_keys(password: str, iterations: int = scram.DEFAULT_ITERATIONS
+               ) -> dict[str, ScramCredential]:
+    """The SCRAM keys of ``password``; none (with a warning) for a password SASLprep
+    forbids (RFC 4013: control characters, for one), which can then log in with PLAIN only."""
+    try:
+        return scram.derive_credentials(password, iterations)
+    except ValueError as exc:
+        log.warning("no SCRAM keys kept for this password: %s", exc)
+        return {}
+
+
+def _document(entry: UserEntry) -> dict[str, object]:
+    document: dict[str, object] = {"password": entry.password,
+                                   "virtualHosts": list(entry.virtual_hosts),
+                                   "administrator": entry.administrator}
+    if entry.scram:
+        document["scram"] = {mechanism: credential.to_json()
+                             for mechanism, credential in sorted(entry.scram.items())}
+    return document
+
+
+def _scram(value: object) -> dict[str, ScramCredential]:
+    if not isinstance(value, dict):
+        raise TypeError(f"'scram' must be an object, not {value!r}")
+    return {str(mechanism): ScramCredential.from_json(credential)
+            for mechanism, credential in value.items()}
 
 
 def _flag(value: object) -> bool:

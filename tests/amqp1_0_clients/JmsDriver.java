@@ -6,6 +6,7 @@
 //   java -cp "BUILD:$(cat classpath.txt)" JmsDriver --port P --scenario NAME --address A
 //        [--count N] [--durable] [--host 127.0.0.1] [--user guest --password guest]
 //        [--vhost NAME] [--client-id ID] [--subscription NAME] [--topic NAME]
+//        [--sasl-mechanisms SCRAM-SHA-256]   (Qpid JMS's URI option amqp.saslMechanisms)
 //
 // (or without javac, as a single-file source: java -cp "$(cat classpath.txt)" JmsDriver.java ...)
 //
@@ -93,8 +94,15 @@ public class JmsDriver {
     }
 
     Connection connect(String clientId) throws Exception {
+        List<String> query = new ArrayList<>();
+        if (opt.containsKey("vhost")) {
+            query.add("amqp.vhost=" + opt.get("vhost"));
+        }
+        if (opt.containsKey("sasl-mechanisms")) {     // Qpid JMS's own URI option
+            query.add("amqp.saslMechanisms=" + opt.get("sasl-mechanisms"));
+        }
         String uri = "amqp://" + opt.get("host") + ":" + opt.get("port")
-                + (opt.containsKey("vhost") ? "?amqp.vhost=" + opt.get("vhost") : "");
+                + (query.isEmpty() ? "" : "?" + String.join("&", query));
         Connection c = new JmsConnectionFactory(opt.get("user"), opt.get("password"), uri).createConnection();
         if (clientId != null) {
             c.setClientID(clientId);

@@ -117,8 +117,8 @@ def test_plain_without_an_initial_response_gets_an_empty_challenge(broker: Broke
 @deltamq_only          # RabbitMQ hangs up without a word (test_connection allows both)
 def test_an_unknown_mechanism_gets_a_close_naming_it(broker: BrokerEndpoint) -> None:
     with broker.raw() as raw:
-        start_ok(raw, "SCRAM-SHA-1", "n,,n=guest,r=abc", capabilities=False)
-        assert_closed_with(raw.wait_connection_close(), 403, "'SCRAM-SHA-1' is not supported")
+        start_ok(raw, "CRAM-MD5", "guest", capabilities=False)
+        assert_closed_with(raw.wait_connection_close(), 403, "'CRAM-MD5' is not supported")
 
 
 @deltamq_only

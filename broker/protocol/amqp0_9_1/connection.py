@@ -30,7 +30,8 @@ from broker.protocol.detect import AmqpVersion
 from broker.protocol.engine import (Closing, EngineEvent, Finished, IdleTiming, Opened,
                                     OutputQueue, PauseReading, ResumeReading, WorkRequested)
 from broker.protocol.host import Principal, ProtocolHost
-from broker.security import sasl
+from broker.security import sasl_exchange
+from broker.security.sasl_exchange import SaslServer, SaslStep
 
 from . import methods as m
 from .versions import SERVER_ONLY, VERSION_TABLES, method_ids, method_ids_table, server_properties
@@ -82,6 +83,8 @@ class AmqpConnection(OutputQueue):
         self.id = str(uuid.uuid4())
         self.state = State.AWAITING_START_OK
         self._mechanism = ""                   # the SASL mechanism chosen in start-ok
+        self._sasl: SaslServer | None = None   # its exchange (several steps for SCRAM)
+        self._sasl_done: SaslStep | None = None   # logged in; the server's final data sent
         self._decoders, self._encoders, self._version_pair = VERSION_TABLES[version]
         self._rest = b""
         self._init_output()
@@ -95,7 +98,7 @@ class AmqpConnection(OutputQueue):
         self.awaits_peer_close = False
         self.close_reason = ""
         self.principal: Principal | None = None
-        self.authentication: Callable[[], Principal] | None = None   # work for a worker thread
+        self.authentication: Callable[[], SaslStep] | None = None   # work for a worker thread
         self.namespace: Any = None
         self.model: Any = None             # the runtime Connection object in the model tree
         self.virtual_host_name = ""
@@ -508,7 +511,8 @@ class AmqpConnection(OutputQueue):
             raise errors.ConnectionAccessRefused(f"authentication mechanism '{mechanism}' is not"
                                                  f" supported; this broker offers: {' '.join(offered)}")
         self._mechanism = mechanism
-        if not method.response and mechanism in sasl.PASSWORD_MECHANISMS:
+        self._sasl = sasl_exchange.start(self.host, mechanism, self.remote_host)
+        if not method.response and mechanism in sasl_exchange.CLIENT_FIRST:
             # No initial response (Qpid's clients): RFC 4422 section 5 -- a
             # client-first mechanism then gets an empty challenge, and the
             # response comes in connection.secure-ok (spec 0-9-1 1.4.2.3).
@@ -520,35 +524,52 @@ class AmqpConnection(OutputQueue):
     def _sasl_response(self, response: bytes) -> None:
         # Verifying a salted hash is deliberately slow: the transport runs this
         # in a worker thread and reports back through authentication_done().
-        mechanism = self._mechanism
+        if self._sasl_done is not None:
+            # RFC 4422 section 5: the server's final data went in connection.secure
+            if response:
+                raise errors.AuthenticationFailed("connection.secure-ok after the server's"
+                                                  " final SASL message must be empty")
+            self._logged_in(self._sasl_done.principal)
+            return
+        server = self._sasl
+        assert server is not None
         self.state = State.AUTHENTICATING
-        self.authentication = lambda: self._authenticate(mechanism, response)
+        self.authentication = lambda: server.respond(response)
         self.on_event(WorkRequested(self.authentication))
 
-    def authentication_done(self, principal: Principal | None, error: BaseException | None = None) -> None:
-        """The transport ran :attr:`authentication`; continue the handshake (spec 4.2.2)."""
+    def authentication_done(self, step: SaslStep | None, error: BaseException | None = None) -> None:
+        """The transport ran :attr:`authentication`; continue the handshake (spec 4.2.2):
+        a challenge in connection.secure, else connection.tune."""
         self.authentication = None
         if self.state is not State.AUTHENTICATING:
             return
+        if error is None and step is not None and (step.challenge is not None
+                                                   or step.additional_data):
+            if step.complete:
+                self._sasl_done = step
+            self.state = State.AWAITING_SECURE_OK
+            self.send_method(0, m.ConnectionSecure(challenge=step.challenge or step.additional_data))
+            if self._rest:
+                self.receive_data(b"")
+            return
+        principal = step.principal if step is not None else None
         if error is not None or principal is None:
             text = error.text if isinstance(error, errors.BrokerError) else f"authentication failed: {error!r}"
             log.info("login refused for %s: %s", self.remote_host, text)
             self._refuse_login(text)
             self._after_input()
             return
+        self._logged_in(principal)
+
+    def _logged_in(self, principal: Principal) -> None:
         self.principal = principal
+        self._sasl = self._sasl_done = None
         self.state = State.AWAITING_TUNE_OK
         self.send_method(0, m.ConnectionTune(
             channel_max=self.host.channel_max, frame_max=self.host.frame_max,
             heartbeat=self.host.heartbeat))
         if self._rest:                      # frames the client sent without waiting
             self.receive_data(b"")
-
-    def _authenticate(self, mechanism: str, response: bytes) -> Principal:
-        if mechanism == "ANONYMOUS":
-            return self.host.authenticate_anonymous(self.remote_host)
-        user, password = sasl.credentials(mechanism, response)
-        return self.host.authenticate(user, password, self.remote_host)
 
     def _refuse_login(self, text: str) -> None:
         # RabbitMQ's authentication_failure_close: clients that announce it get a

@@ -36,12 +36,13 @@ from broker import errors
 from broker.protocol.detect import AmqpVersion
 from broker.protocol.engine import (Closing, EngineEvent, Finished, IdleTiming, Opened, OutputQueue, WorkRequested)
 from broker.protocol.host import Principal, ProtocolHost
-from broker.security import sasl
+from broker.security import sasl_exchange
+from broker.security.sasl_exchange import SaslServer, SaslStep
 
 from .composite import Performative
 from .conditions import (AmqpErrorCondition, ConnectionErrorCondition, ProtocolFault, Scope, error_of)
-from .definitions import (MIN_MAX_FRAME_SIZE, Begin, Close, End, Error, Open, SaslCode, SaslInit,
-                          SaslMechanisms, SaslOutcome)
+from .definitions import (MIN_MAX_FRAME_SIZE, Begin, Close, End, Error, Open, SaslChallenge, SaslCode,
+                          SaslInit, SaslMechanisms, SaslOutcome, SaslResponse)
 from .framing import AMQP_HEADER, EMPTY_FRAME, SASL_HEADER, TYPE_AMQP, TYPE_SASL, FramingError, encode_frame
 from .incoming_frames import BodyReader, performative_of
 from .values import DecodeError, Symbol
@@ -49,7 +50,7 @@ from .values import DecodeError, Symbol
 log = logging.getLogger(__name__)
 
 #: the SASL mechanisms this engine speaks (of those the port's provider offers)
-MECHANISMS = ("PLAIN", "ANONYMOUS")
+MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-1", "PLAIN", "ANONYMOUS")
 IDLE_SEND_FRACTION = 0.5         # beat after half the peer's idle-time-out (spec 2.4.5)
 IDLE_EXPIRE_FACTOR = 2.0         # a peer silent twice our idle-time-out is gone
 #: what the broker's open offers: SHARED-SUBS, JMS 2.0 shared subscriptions (Qpid JMS asks for it)
@@ -59,6 +60,7 @@ OFFERED_CAPABILITIES: tuple[str, ...] = ("SHARED-SUBS",)
 class State(enum.Enum):
     AWAITING_SASL_INIT = "awaiting sasl-init"
     AUTHENTICATING = "authenticating"
+    AWAITING_SASL_RESPONSE = "awaiting sasl-response"    # a challenge was sent
     AWAITING_HEADER = "awaiting the AMQP header"
     AWAITING_OPEN = "awaiting open"
     OPEN = "open"
@@ -89,7 +91,8 @@ class AmqpConnection10(OutputQueue):
         self.closed = False
         self.close_reason = ""
         self.principal: Principal | None = None
-        self.authentication: Callable[[], Principal] | None = None
+        self.authentication: Callable[[], SaslStep] | None = None
+        self._sasl: SaslServer | None = None
         self.namespace: Any = None
         self.model: Any = None
         self.virtual_host_name = ""
@@ -173,7 +176,13 @@ class AmqpConnection10(OutputQueue):
         self.authentication = None
         if self.state is not State.AUTHENTICATING:
             return
-        if error is not None or result is None:
+        step: SaslStep | None = result
+        if error is None and step is not None and step.challenge is not None:
+            self._write(encode_frame(SaslChallenge(challenge=step.challenge), frame_type=TYPE_SASL))
+            self.state = State.AWAITING_SASL_RESPONSE
+            self.receive_data(b"")            # a response the client sent without waiting
+            return
+        if error is not None or step is None or step.principal is None:
             text = error.text if isinstance(error, errors.BrokerError) else f"authentication failed: {error!r}"
             log.info("AMQP 1.0 login refused for %s: %s", self.remote_host, text)
             self.close_reason = text
@@ -181,9 +190,13 @@ class AmqpConnection10(OutputQueue):
                 self._write(encode_frame(SaslOutcome(code=SaslCode.AUTH), frame_type=TYPE_SASL))
             self._finish()
             return
-        self.principal = result
+        self.principal = step.principal
+        self._sasl = None
         if self.version is AmqpVersion.V1_0_SASL:
-            self._write(encode_frame(SaslOutcome(code=SaslCode.OK), frame_type=TYPE_SASL))
+            # spec 5.3.3.6: additional-data carries the server's final message (SCRAM)
+            self._write(encode_frame(SaslOutcome(code=SaslCode.OK,
+                                                 additional_data=step.additional_data or None),
+                                     frame_type=TYPE_SASL))
             self.state = State.AWAITING_HEADER
             self._reader.expect_header()
         else:
@@ -213,16 +226,21 @@ class AmqpConnection10(OutputQueue):
     # -- SASL and the headers ------------------------------------------------------------
     def _pre_open(self) -> None:
         reader = self._reader
-        while self.state is State.AWAITING_SASL_INIT:
+        while self.state is State.AWAITING_SASL_INIT or self.state is State.AWAITING_SASL_RESPONSE:
             frame = reader.next_frame()
             if frame is None:
                 return
             if frame.type != TYPE_SASL or frame.empty:
                 raise DecodeError(f"frame of type 0x{frame.type:02x} during the SASL exchange", 0)
             init = frame.sasl_frame()
-            if not isinstance(init, SaslInit):
+            if self.state is State.AWAITING_SASL_RESPONSE:
+                if not isinstance(init, SaslResponse):
+                    raise DecodeError(f"{init.SYMBOL} where sasl-response was expected", 0)
+                self._sasl_step(init.response)
+            elif not isinstance(init, SaslInit):
                 raise DecodeError(f"{init.SYMBOL} from a client that has not sent sasl-init", 0)
-            self._sasl_init(init)
+            else:
+                self._sasl_init(init)
         if self.state is State.AWAITING_HEADER:
             header = reader.next_header()
             if header is None:
@@ -244,20 +262,29 @@ class AmqpConnection10(OutputQueue):
             self._write(encode_frame(SaslOutcome(code=SaslCode.AUTH), frame_type=TYPE_SASL))
             self._finish()
             return
-        self._authenticate_with(mechanism, init.initial_response or b"")
+        self._authenticate_with(mechanism, init.initial_response)
 
-    def _authenticate_with(self, mechanism: str, response: bytes) -> None:
+    def _authenticate_with(self, mechanism: str, response: bytes | None) -> None:
+        try:
+            self._sasl = sasl_exchange.start(self.host, mechanism, self.remote_host)
+        except errors.AuthenticationFailed as exc:
+            self.state = State.AUTHENTICATING
+            self.work_done(None, exc)
+            return
+        if response is None and mechanism in sasl_exchange.CLIENT_FIRST:
+            # no initial response: an empty challenge asks for it (RFC 4422 section 5)
+            self._write(encode_frame(SaslChallenge(challenge=b""), frame_type=TYPE_SASL))
+            self.state = State.AWAITING_SASL_RESPONSE
+            return
+        self._sasl_step(response or b"")
+
+    def _sasl_step(self, response: bytes) -> None:
+        # run off the loop (a salted hash is slow by design); work_done() goes on
+        server = self._sasl
+        assert server is not None
         self.state = State.AUTHENTICATING
-        host, remote = self.host, self.remote_host
-
-        def authenticate() -> Principal:
-            if mechanism == "ANONYMOUS":
-                return host.authenticate_anonymous(remote)
-            user, password = sasl.credentials(mechanism, response)
-            return host.authenticate(user, password, remote)
-
-        self.authentication = authenticate
-        self.on_event(WorkRequested(authenticate))
+        self.authentication = lambda: server.respond(response)
+        self.on_event(WorkRequested(self.authentication))
 
     # -- AMQP frames -------------------------------------------------------------------------
     def _amqp_frames(self, data: bytes) -> None:

@@ -150,11 +150,12 @@ def test_successful_login_is_remembered(provider: PasswordFileAuthenticationProv
 
 
 def test_anonymous_refused_unless_enabled(provider: PasswordFileAuthenticationProvider) -> None:
-    assert provider.sasl_mechanisms == ["PLAIN", "AMQPLAIN"]
+    assert provider.sasl_mechanisms == ["SCRAM-SHA-256", "SCRAM-SHA-1", "PLAIN", "AMQPLAIN"]
     with pytest.raises(AuthenticationFailed, match="does not allow anonymous"):
         provider.authenticate_anonymous("127.0.0.1")
     provider.set_attributes({"allowAnonymous": True})
-    assert provider.sasl_mechanisms == ["PLAIN", "AMQPLAIN", "ANONYMOUS"]
+    assert provider.sasl_mechanisms == ["SCRAM-SHA-256", "SCRAM-SHA-1", "PLAIN", "AMQPLAIN",
+                                        "ANONYMOUS"]
     principal = provider.authenticate_anonymous("10.0.0.1")
     assert principal.anonymous and principal.name == "anonymous"
 
