@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from broker.security.scram import (SCRAM_SHA_1, SCRAM_SHA_256, MalformedScram, ScramAlgorithm,
                                    ScramCredential, ScramServer, WrongProof, decode_saslname,
@@ -192,7 +194,7 @@ def test_saslprep_maps_and_prohibits() -> None:
     assert saslprep("\u00aa") == "a"                     # NFKC
     assert saslprep("\u2168") == "IX"
     assert saslprep("a\u00a0b") == "a b"                 # non-ASCII space -> space
-    with pytest.raises(ValueError, match="U+0007"):
+    with pytest.raises(ValueError, match=r"U\+0007"):
         saslprep("\u0007")
     with pytest.raises(ValueError, match="right-to-left"):
         saslprep("\u0627\u0031")
@@ -208,3 +210,29 @@ def test_saslprep_maps_and_prohibits() -> None:
 def test_a_malformed_stored_credential_is_named(data: object, why: str) -> None:
     with pytest.raises(ValueError, match=why):
         ScramCredential.from_json(data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(first=st.binary(max_size=200), final=st.binary(max_size=200))
+def test_any_bytes_are_answered_or_refused_never_crash(first: bytes, final: bytes) -> None:
+    credential = derive_credential(SCRAM_SHA_1, "pw", iterations=1)
+    server = ScramServer(SCRAM_SHA_1, {"user": credential}.get, lambda n: credential)
+    try:
+        server.server_first(first)
+        server.server_final(final)
+    except (MalformedScram, WrongProof):
+        pass
+    assert not server.complete or server.known
+
+
+@settings(max_examples=200, deadline=None)
+@given(user=st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1,
+                    max_size=30),
+       nonce=st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E,
+                                            blacklist_characters=","), min_size=1, max_size=40))
+def test_any_user_name_and_nonce_round_trip(user: str, nonce: str) -> None:
+    credential = derive_credential(SCRAM_SHA_256, "pw", iterations=1)
+    server = ScramServer(SCRAM_SHA_256, {user: credential}.get, lambda n: credential)
+    client = ScramClient("SCRAM-SHA-256", user, "pw", nonce=nonce)
+    client.verify(server.server_final(client.final(server.server_first(client.first()))))
+    assert server.username == user
