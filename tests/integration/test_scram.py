@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
+import pika
 import pytest
 from pamqp import commands
 
@@ -35,7 +36,16 @@ needs_jms = pytest.mark.skipif(not jms_fetched(), reason="Qpid JMS is not fetche
 @pytest.fixture(scope="module")
 def broker() -> Iterator[DeltaMQProcess]:
     with DeltaMQProcess() as proc:
+        wait_until(lambda: _serves_http(proc), 30, what="the HTTP port")
         yield proc
+
+
+def _serves_http(proc: DeltaMQProcess) -> bool:
+    try:
+        httpx.get(f"http://127.0.0.1:{proc.http_port}/metrics", timeout=2)
+    except httpx.TransportError:
+        return False
+    return True
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +141,10 @@ def test_a_user_from_before_scram_is_told_in_the_log(broker: DeltaMQProcess) -> 
 
 def _jms(java: list[str], broker: DeltaMQProcess, mechanism: str, user: str,
          password: str) -> Outcome:
-    return run_jms(java, broker.amqp_port, "send-receive", f"scram.{uuid.uuid4().hex[:8]}",
+    queue = f"scram.{uuid.uuid4().hex[:8]}"
+    with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.amqp_port)) as c:
+        c.channel().queue_declare(queue)
+    return run_jms(java, broker.amqp_port, "send-receive", queue,
                    "--count", "3", "--user", user, "--password", password,
                    "--sasl-mechanisms", mechanism)
 
