@@ -194,3 +194,30 @@ def test_the_password_file_holds_no_password(broker: DeltaMQProcess) -> None:
     create_user(broker, "n0t-in-the-file")
     text = Path(broker.dir / "data" / "passwords").read_text()
     assert "n0t-in-the-file" not in text and '"storedKey"' in text
+
+
+def test_plain_offered_only_where_configured(broker: DeltaMQProcess) -> None:
+    """secureOnlyMechanisms: a plain TCP port stops offering PLAIN and AMQPLAIN; pika, which
+    speaks nothing else, is refused, and SCRAM goes on working."""
+    def offered() -> list[bytes]:
+        with RawAMQP("127.0.0.1", broker.amqp_port) as raw:
+            raw.send(PROTOCOL_HEADER_0_9_1)
+            return _bytes(raw.expect(commands.Connection.Start).mechanisms).split()
+
+    user = create_user(broker, "tcp-only")
+    with rest(broker) as api:
+        response = api.put("/api/latest/authenticationprovider/passwordFile",
+                           json={"secureOnlyMechanisms": ["PLAIN", "AMQPLAIN"]})
+        assert response.status_code == 200, response.text
+    try:
+        assert offered() == [b"SCRAM-SHA-256", b"SCRAM-SHA-1"]
+        with pytest.raises(pika.exceptions.AMQPError):
+            pika.BlockingConnection(pika.ConnectionParameters(
+                "127.0.0.1", broker.amqp_port, credentials=pika.PlainCredentials(user, "tcp-only")))
+        assert isinstance(scram_0_9_1(broker, "SCRAM-SHA-1", user, "tcp-only"),
+                          commands.Connection.OpenOk)
+    finally:
+        with rest(broker) as api:
+            api.put("/api/latest/authenticationprovider/passwordFile",
+                    json={"secureOnlyMechanisms": []})
+    assert offered() == [b"SCRAM-SHA-256", b"SCRAM-SHA-1", b"PLAIN", b"AMQPLAIN"]

@@ -185,3 +185,23 @@ def test_a_port_left_without_mechanisms_is_refused(
 def test_the_login_object_is_the_one_engines_get(provider: PasswordFileAuthenticationProvider
                                                  ) -> None:
     assert isinstance(sasl_server(provider, "SCRAM-SHA-1", "::1"), ScramLogin)
+
+
+def test_the_ports_host_offers_what_the_provider_leaves(system: SystemConfig,
+                                                        provider: PasswordFileAuthenticationProvider
+                                                        ) -> None:
+    from broker.security import mechanisms
+    from broker.server import BrokerHost
+
+    host = BrokerHost(system.broker, system.broker.child("Port", "AMQP"), alarms=None)
+    assert host.sasl_mechanisms("127.0.0.1") == ["SCRAM-SHA-256", "SCRAM-SHA-1", "PLAIN",
+                                                 "AMQPLAIN"]
+    provider.set_attributes({"secureOnlyMechanisms": ["PLAIN", "AMQPLAIN"]})
+    assert host.sasl_mechanisms("127.0.0.1") == ["SCRAM-SHA-256", "SCRAM-SHA-1"]
+    assert isinstance(host.sasl_server("SCRAM-SHA-1", "127.0.0.1"), ScramLogin)
+    # a port is secure when every transport is TLS (Broker-J's Transport.isSecure)
+    assert mechanisms.is_secure(["SSL"]) and mechanisms.is_secure(["SSL", "WSS"])
+    assert not mechanisms.is_secure(["TCP", "SSL"]) and not mechanisms.is_secure([])
+    mechanisms.check_port("Port 'tls'", "p", ["PLAIN"], [], ["PLAIN"], ["SSL"])   # allowed
+    with pytest.raises(ConfigurationError, match="without TLS"):
+        mechanisms.check_port("Port 'both'", "p", ["PLAIN"], [], ["PLAIN"], ["TCP", "SSL"])
