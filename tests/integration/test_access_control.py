@@ -173,7 +173,7 @@ def test_rest_refuses_with_403_until_a_rule_is_added_over_rest(proc: DeltaMQProc
             guest.post("accesscontrolprovider/acl/addRule",
                        json={"rule": 'ACL ALLOW alice DELETE QUEUE name="rest.*"'}
                        ).raise_for_status()
-            text = guest.get("accesscontrolprovider/acl/extractRules").json()
+            text = guest.get("accesscontrolprovider/acl/extractRules").text
             assert 'ACL ALLOW alice CREATE QUEUE name="rest.*"' in text.splitlines()[1]
         assert alice.put("queue/default/default/rest.q", json={"durable": False}
                          ).status_code == 201
