@@ -182,6 +182,32 @@ def test_rest_refuses_with_403_until_a_rule_is_added_over_rest(proc: DeltaMQProc
         assert alice.delete("queue/default/default/acl.rest").status_code == 200
 
 
+def test_virtual_host_rules_are_asked_first_and_defer_to_the_broker(proc: DeltaMQProcess) -> None:
+    with connect(proc, "alice") as conn:
+        conn.channel().queue_declare("acl.vhost")
+        conn.channel().queue_declare("acl.vhost-ok")
+    with rest(proc) as guest:
+        guest.put("virtualhostaccesscontrolprovider/default/default/vacl", json={
+            "rules": ['ACL DENY carol PUBLISH EXCHANGE routingkey="acl.vhost"']}
+        ).raise_for_status()
+        try:
+            with rest(proc, "alice") as alice:             # only administrators change them
+                assert alice.delete("virtualhostaccesscontrolprovider/default/default/vacl"
+                                    ).status_code == 403
+            with connect(proc, "carol") as conn:
+                ch = conn.channel()
+                ch.confirm_delivery()
+                ch.basic_publish("", "acl.vhost-ok", b"deferred to the broker: allowed")
+                refused_403(lambda: ch.basic_publish("", "acl.vhost", b"denied here"))
+        finally:
+            guest.delete("virtualhostaccesscontrolprovider/default/default/vacl"
+                         ).raise_for_status()
+    with connect(proc, "carol") as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.basic_publish("", "acl.vhost", b"allowed again")
+
+
 def test_denials_are_counted_in_metrics_and_logged(proc: DeltaMQProcess) -> None:
     metrics = httpx.get(f"http://127.0.0.1:{proc.http_port}/metrics", auth=("guest", "guest"),
                         timeout=30).text
@@ -202,6 +228,8 @@ def test_rules_survive_a_restart(proc: DeltaMQProcess) -> None:
     with rest(proc) as guest:
         rules = guest.get("accesscontrolprovider/acl").json()["rules"]
     assert len(rules) == len(RULES) + 2
+    with rest(proc) as guest:
+        assert guest.get("virtualhostaccesscontrolprovider/default/default").json() == []
     with pytest.raises(AMQPConnectionError):
         connect(proc, "bob")
     with connect(proc, "alice") as conn:
