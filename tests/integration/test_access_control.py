@@ -152,11 +152,21 @@ def test_amqp_1_0_links_are_refused_what_they_may_not_publish_or_consume(proc: D
                                                      error_states=[])
         assert denied.remote_state == proton.Delivery.REJECTED
         assert denied.remote.condition.name == "amqp:unauthorized-access"
-        with pytest.raises(LinkDetached) as detached:
-            amqp.create_receiver("guest.q")                 # carol consumes nothing
-        assert "amqp:unauthorized-access" in str(detached.value)
+        for refused in ({"address": "guest.q"},                  # CONSUME QUEUE
+                        {"address": "amq.direct/acl.key"},       # BIND EXCHANGE (a subscription)
+                        {"address": None, "dynamic": True}):     # CREATE QUEUE (temporary)
+            with pytest.raises(LinkDetached) as detached:
+                amqp.create_receiver(**refused)
+            assert "amqp:unauthorized-access" in str(detached.value)
     finally:
         amqp.close()
+    alice = BlockingConnection(f"amqp://alice:{USERS['alice']}@127.0.0.1:{proc.amqp_port}",
+                               timeout=20)
+    try:
+        alice.create_receiver("amq.direct/acl.key").close()      # alice may bind acl.* keys
+        alice.create_receiver("acl.proton", credit=1).receive(timeout=20)
+    finally:
+        alice.close()
 
 
 def test_rest_refuses_with_403_until_a_rule_is_added_over_rest(proc: DeltaMQProcess) -> None:
