@@ -25,6 +25,7 @@ Every error is an :class:`AclSyntaxError` naming the line.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
@@ -37,6 +38,9 @@ from broker.security.acl_rules import ALL, ObjectType, Operation, Outcome, Prope
 log = logging.getLogger(__name__)
 
 E = TypeVar("E", bound=Enum)
+
+#: lines end as a text editor ends them (not at every character Unicode calls a line break)
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 #: the gap Broker-J leaves between unnumbered rules
 NUMBER_INCREMENT = 10
@@ -66,7 +70,7 @@ class _Token:
 def _statements(text: str, source: str) -> Iterable[list[_Token]]:
     """The file's statements as token lists (comments dropped, continuations joined)."""
     tokens: list[_Token] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
+    for number, raw in enumerate(LINE_BREAK.split(text), start=1):
         continued = False
         i, n = 0, len(raw)
         while i < n:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from broker.errors import ConfigurationError
+from broker.security.acl_file import LINE_BREAK
 
 SUFFIX = ".users"
 
@@ -26,7 +27,7 @@ class GroupFileError(ConfigurationError):
 def parse(text: str, source: str = "") -> dict[str, frozenset[str]]:
     """Group name -> member user names."""
     groups: dict[str, frozenset[str]] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
+    for number, raw in enumerate(LINE_BREAK.split(text), start=1):
         line = raw.strip()
         if not line or line.startswith(("#", "!")):
             continue

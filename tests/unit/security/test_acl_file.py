@@ -183,3 +183,43 @@ def test_written_rules_read_back_the_same() -> None:
     assert again.rules == parsed.rules and again.default is Result.DEFERRED
     assert format_rule(parsed.rules[0]) == 'ACL ALLOW-LOG alice CREATE QUEUE name="orders.*"' \
                                            ' durable="true"'
+
+
+# -- any text: read, or refused with a line number; rules written out read back the same ------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from broker.security.acl_file import LINE_BREAK  # noqa: E402
+from broker.security.acl_rules import Outcome as _Outcome  # noqa: E402
+
+_TOKENS = st.sampled_from(["ACL", "CONFIG", "GROUP", "ALLOW", "DENY-LOG", "ALL", "alice", "QUEUE",
+                           "CREATE", "PUBLISH", "EXCHANGE", "name", "routingkey", "=", "[", "]",
+                           ",", '"', "'", "\\", "#", "\n", " ", "10", "defaultdeny", "true", "*",
+                           "from_network", "1.2.3.*", "durable", "x"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_TOKENS, max_size=30).map("".join) | st.text(max_size=200))
+def test_any_text_is_read_or_refused_with_a_line_number(text: str) -> None:
+    try:
+        parse(text)
+    except AclSyntaxError as exc:
+        assert 1 <= exc.line <= len(LINE_BREAK.split(text))
+
+
+_NAMES = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(outcome=st.sampled_from(list(_Outcome)), identity=_NAMES.filter(str.strip),
+       values=st.lists(_NAMES, min_size=1, max_size=3))
+def test_a_written_rule_reads_back_the_same(outcome: _Outcome, identity: str,
+                                            values: list[str]) -> None:
+    if '"' in identity and "'" in identity or any('"' in v and "'" in v for v in values):
+        return                              # a value cannot hold both kinds of quotes
+    rule = Rule(outcome, identity, Operation.PUBLISH, ObjectType.EXCHANGE,
+                {Property.NAME: tuple(values)})
+    again = parse_rule(format_rule(rule))
+    assert again.predicates == rule.predicates
+    assert again.identity == (ALL if identity.upper() == ALL else identity)
