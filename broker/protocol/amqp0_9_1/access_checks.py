@@ -43,11 +43,15 @@ Check = Callable[["Channel", Any], None]
 
 def permitted(channel: Channel, method: m.Method) -> bool:
     """Run ``method``'s check; False (the channel is closed with 403) when it is refused."""
-    check = _CHECKS.get(type(method))
-    if check is None or channel.closing or channel._publish is not None:
+    if channel.closing or channel._publish is not None:
         return True                 # (a method amid a message's content is the channel's error)
     try:
-        check(channel, method)
+        if type(method) is m.BasicPublish:          # every message: the short way
+            channel.connection.access.check_publish(method.exchange, method.routing_key)
+            return True
+        check = _CHECKS.get(type(method))
+        if check is not None:
+            check(channel, method)
     except errors.BrokerError as exc:
         channel.soft_error(exc, method)
         return False
@@ -134,10 +138,6 @@ def _consume(channel: Channel, method: m.BasicConsume | m.BasicGet) -> None:
                                     **_queue_flags(channel, queue))
 
 
-def _publish(channel: Channel, method: m.BasicPublish) -> None:
-    channel.connection.access.check_publish(method.exchange, method.routing_key)
-
-
 _CHECKS: dict[type, Check] = {
     m.ExchangeDeclare: _exchange_declare,
     m.ExchangeDelete: _exchange_delete,
@@ -150,5 +150,4 @@ _CHECKS: dict[type, Check] = {
     m.QueueDelete: _queue_delete,
     m.BasicConsume: _consume,
     m.BasicGet: _consume,
-    m.BasicPublish: _publish,
 }
