@@ -103,6 +103,16 @@ class BrokerHost:
                 f"access to vhost '{vhost.name}' refused for user '{principal.name}'")
         return vhost.namespace
 
+    def access(self, principal: Any, vhost_name: str, remote_host: str) -> Any:
+        """The ACL checks of a connection that opened ``vhost_name``: its subject (the user's
+        groups looked up now) and ACCESS VIRTUALHOST checked (ConnectionAccessRefused)."""
+        from broker.security.access_control import ConnectionAccess
+
+        control = self.broker.access_control
+        access = ConnectionAccess(control, control.subject(principal.name, remote_host), vhost_name)
+        access.check_access()
+        return access
+
     def connection_opened(self, connection: Any) -> None:
         """Make the connection a runtime child of its port, associated with the virtual
         host it opened (visible to management)."""

@@ -5,8 +5,10 @@ The tree::
     SystemConfig
     └── Broker
         ├── AuthenticationProvider (type PasswordFile | Anonymous) ── User
+        ├── GroupProvider (type GroupFile), AccessControlProvider (type AclFile | RuleBased)
         ├── Port (type AMQP | HTTP) ── Connection ── Session
         └── VirtualHostNode (type memory | delta) ── VirtualHost
+                                                     ├── VirtualHostAccessControlProvider
                                                      ├── Exchange
                                                      └── Queue ── Consumer
 
@@ -27,6 +29,7 @@ gives the lookup order).  Start here::
 
 from __future__ import annotations
 
+from broker.model import access_control as _access_control  # noqa: F401  (registers its types)
 from broker.model.attributes import Attribute, attribute, derived
 from broker.model.authentication import AuthenticationProvider, User
 from broker.model.broker import Broker

@@ -13,6 +13,7 @@ from broker.loop_lag import LoopLag
 from broker.model.attributes import attribute, derived
 from broker.model.configured_object import ConfiguredObject, State
 from broker.resource_alarms import resident_memory
+from broker.security.access_control import AccessControl
 from broker.security.throttle import CONTEXT_DEFAULTS as THROTTLE_DEFAULTS
 from broker.security.throttle import LoginThrottle, ThrottleSettings
 
@@ -75,6 +76,8 @@ class Broker(ConfiguredObject):
         self.login_throttle = LoginThrottle()
         #: how late the event loop runs its timers (started by the server)
         self.loop_lag = LoopLag()
+        #: the ACL decisions (broker.model.access_control hands it the rules in force)
+        self.access_control = AccessControl()
 
     @derived(str, description="The version of DeltaMQ running (Broker-J's productVersion)")
     def product_version(self) -> str:
@@ -154,6 +157,11 @@ class Broker(ConfiguredObject):
                                             " address or user was blocked after failures")
     def logins_throttled(self) -> int:
         return self.login_throttle.refused
+
+    @derived(int, counter=True, description="Actions the access control rules refused (AMQP and"
+                                            " management)")
+    def access_denials(self) -> int:
+        return self.access_control.denials
 
     @derived(float, statistic=True,
              description="The longest the event loop was kept from running since the broker"

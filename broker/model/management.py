@@ -90,9 +90,10 @@ def from_broker_error(exc: errors.BrokerError, *, configuration_status: int = UN
 
 
 def check(permissions: Permissions, principal: Principal, action: Action, target: ConfiguredObject,
-          category: str, changes: Collection[str] = ()) -> None:
+          category: str, changes: Collection[str] = (),
+          details: Mapping[str, Any] | None = None) -> None:
     """403 unless ``principal`` may do ``action`` (see :meth:`Permissions.allowed`)."""
-    if not permissions.allowed(principal, action, target, category, changes):
+    if not permissions.allowed(principal, action, target, category, changes, details):
         what = f"a {category} in {target.label}" if action is Action.CREATE else target.label
         also = f" (attributes {', '.join(sorted(changes))})" if changes else ""
         raise ManagementError(FORBIDDEN, f"user '{principal.name}' may not {action.name.lower()}"
@@ -111,7 +112,7 @@ async def create_child(parent: ConfiguredObject, category: str, data: Mapping[st
     if parent.child(category, name) is not None:
         raise ManagementError(CONFLICT, f"{parent.label} already has a {category}"
                                         f" named '{name}'")
-    check(permissions, principal, Action.CREATE, parent, category)
+    check(permissions, principal, Action.CREATE, parent, category, details=data)
     attributes = dict(data)
     created = await stored(parent, lambda: parent.create_child(category, attributes),
                            category in NAMESPACE_CATEGORIES)
@@ -180,7 +181,7 @@ async def invoke_operation(obj: ConfiguredObject, name: str, arguments: Mapping[
         raise ManagementError(METHOD_NOT_ALLOWED, f"operation '{name}' changes the broker:"
                                                   " invoke it with POST")
     check(permissions, principal, Action.INVOKE if found.changes else Action.READ, obj,
-          obj.category)
+          obj.category, details={"method_name": name})
     result = await stored(obj, lambda: found.invoke(obj, arguments),
                           found.changes and obj.category in NAMESPACE_CATEGORIES)
     if inspect.isawaitable(result):         # an operation that waits (replayMessages)

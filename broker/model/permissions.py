@@ -2,9 +2,10 @@
 
 The REST API (:mod:`mgmt`) and the AMQP 1.0 management node
 (:mod:`broker.model.management_node`) ask the same :class:`Permissions`
-object (Broker-J's AccessControl ``authorise``) before acting, the hook the
-ACL issue will fill.  Until then :class:`ManagementPermissions` applies,
-Broker-J's management permissions:
+object (Broker-J's AccessControl ``authorise``) before acting.  When access
+control rules are in force (:mod:`broker.model.access_control`), they are
+asked first and must allow too (:mod:`broker.model.acl_management`); then
+:class:`ManagementPermissions` applies Broker-J's management permissions:
 
 * administrators (a User whose ``administrator`` attribute is true, see
   :meth:`AuthenticationProvider.is_administrator`; everyone an Anonymous
@@ -14,8 +15,8 @@ Broker-J's management permissions:
   the connections that opened them -- but not the virtual host itself
   (changing or deleting it);
 * they read the broker-level objects (broker, ports, providers, nodes) and
-  change none; of the users they see only themselves, and change only their
-  own password.
+  change none, nor the access control providers of virtual hosts; of the
+  users they see only themselves, and change only their own password.
 
 An object's virtual host is its ancestor, or, for a connection and its
 sessions (children of a port), the virtual host the connection opened.
@@ -24,8 +25,8 @@ sessions (children of a port), the virtual host the connection opened.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Collection
-from typing import Protocol, cast
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, Protocol, cast
 
 from broker.model.authentication import AuthenticationProvider
 from broker.model.configured_object import ConfiguredObject
@@ -47,11 +48,16 @@ class Permissions(Protocol):
     """The permission check management asks before acting (to be filled by ACL rules)."""
 
     def allowed(self, principal: Principal, action: Action, target: ConfiguredObject,
-                category: str, attributes: Collection[str] = ()) -> bool:
+                category: str, attributes: Collection[str] = (),
+                details: Mapping[str, Any] | None = None) -> bool:
         """May ``principal`` do ``action`` on ``target`` (for CREATE: the parent of a new
-        ``category`` object; for UPDATE, ``attributes`` names what would change)?"""
+        ``category`` object; for UPDATE, ``attributes`` names what would change)?
+        ``details``: the new object's attributes (CREATE), ``method_name`` (INVOKE)."""
         ...
 
+
+#: a virtual host's access control rules: only administrators change them
+ACL_CATEGORY = "VirtualHostAccessControlProvider"
 
 #: what users who are not administrators may change of their own User
 OWN_USER_ATTRIBUTES = frozenset({"password"})
@@ -62,10 +68,20 @@ class ManagementPermissions:
     the virtual hosts they may open (see the module docstring)."""
 
     def allowed(self, principal: Principal, action: Action, target: ConfiguredObject,
-                category: str, attributes: Collection[str] = ()) -> bool:
+                category: str, attributes: Collection[str] = (),
+                details: Mapping[str, Any] | None = None) -> bool:
+        from broker.model.acl_management import acl_allows, control_of
+
+        control = control_of(target)
+        if control is not None and not acl_allows(control, principal, action, target, category,
+                                                  attributes, details):
+            return False
         provider = _provider_of(target, principal)
         if provider is not None and provider.is_administrator(principal):
             return True
+        if action is not Action.READ and (target.category == ACL_CATEGORY
+                                          or (action is Action.CREATE and category == ACL_CATEGORY)):
+            return False                        # a virtual host's ACL rules are the broker's
         if target.category == "User" or (action is Action.CREATE and category == "User"):
             return action in (Action.READ, Action.UPDATE) and _is_own(target, principal) \
                 and (action is Action.READ or set(attributes) <= OWN_USER_ATTRIBUTES)

@@ -30,8 +30,13 @@ if TYPE_CHECKING:
 #: (authentication providers before the ports that name them).
 TREE: dict[str, tuple[str, ...]] = {
     "SystemConfig": ("Broker",),
-    "Broker": ("AuthenticationProvider", "Port", "VirtualHostNode"),
+    "Broker": ("AuthenticationProvider", "GroupProvider", "AccessControlProvider", "Port",
+               "VirtualHostNode"),
     "AuthenticationProvider": ("User",),
+    # access control (broker.model.access_control): asked in priority order
+    "GroupProvider": (),
+    "AccessControlProvider": (),
+    "VirtualHostAccessControlProvider": (),
     # Runtime objects sit where Broker-J 7 puts them: a connection under the
     # port it came in on (its virtual host keeps it as an association, not a
     # child), sessions under their connection, a consumer under its queue
@@ -41,7 +46,7 @@ TREE: dict[str, tuple[str, ...]] = {
     "VirtualHostNode": ("VirtualHost",),
     # Exchange and Queue are live views of the messaging layer's Namespace
     # (broker.model.messaging_objects); bindings are an attribute of exchanges.
-    "VirtualHost": ("Exchange", "Queue"),
+    "VirtualHost": ("Exchange", "Queue", "VirtualHostAccessControlProvider"),
     "Exchange": (),
     "Queue": ("Consumer",),
     "Connection": ("Session",),
@@ -66,6 +71,9 @@ COMMAND_GROUP = "deltamq.commands"
 TYPE_NAMED_BY: dict[str, str] = {"VirtualHostNode": STORE_GROUP}
 
 _BASES: dict[str, type[ConfiguredObject]] = {}
+#: types built into the broker for categories without an entry point group
+#: (category -> type name -> class), registered by :func:`register_type`
+_BUILT_IN_TYPES: dict[str, dict[str, type[ConfiguredObject]]] = {}
 
 
 def register(cls: type[ConfiguredObject]) -> None:
@@ -73,6 +81,13 @@ def register(cls: type[ConfiguredObject]) -> None:
     if cls.category not in TREE:
         raise ConfigurationError(f"category '{cls.category}' is not part of the broker model")
     _BASES[cls.category] = cls
+
+
+def register_type(cls: type[ConfiguredObject]) -> None:
+    """Record ``cls`` as type ``cls.type_name`` of its category (one built into the broker)."""
+    if cls.category in TYPE_GROUPS or not cls.type_name:
+        raise ConfigurationError(f"{cls.__name__}: types of {cls.category} are plugins")
+    _BUILT_IN_TYPES.setdefault(cls.category, {})[cls.type_name] = cls
 
 
 @dataclass(frozen=True)
@@ -102,7 +117,7 @@ class Category:
         """Known specialisations (installed entry points), without importing them."""
         group = TYPE_GROUPS.get(self.name) or TYPE_NAMED_BY.get(self.name)
         if group is None:
-            return []
+            return sorted(_BUILT_IN_TYPES.get(self.name, {}))
         return sorted(_entry_points(group))
 
     def attributes(self, type_name: str | None = None) -> dict[str, Attribute[Any]]:
@@ -147,6 +162,13 @@ def specialisation(category_name: str, type_name: str | None) -> type[Configured
     """
     base = category(category_name).base
     group = TYPE_GROUPS.get(base.category)
+    built_in = _BUILT_IN_TYPES.get(base.category)
+    if group is None and built_in:
+        key = _match(type_name or "", built_in)
+        if key is None:
+            raise ConfigurationError(f"{base.category}: unknown type '{type_name}'; known:"
+                                     f" {', '.join(sorted(built_in))}")
+        return built_in[key]
     if group is None:
         return base
     if not type_name:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from broker.messaging.namespace import Namespace
     from broker.security.sasl_exchange import SaslServer
+    from broker.security.access_control import ConnectionAccess
 
 
 class Principal(Protocol):
@@ -45,6 +46,11 @@ class ProtocolHost(Protocol):
 
         Raises :class:`~broker.errors.InvalidPath` (unknown) or
         :class:`~broker.errors.ConnectionAccessRefused` (not permitted)."""
+        ...
+
+    def access(self, principal: Principal, vhost_name: str, remote_host: str) -> ConnectionAccess:
+        """The ACL checks of a connection that opened ``vhost_name`` (ACCESS VIRTUALHOST is
+        checked here: :class:`~broker.errors.ConnectionAccessRefused`)."""
         ...
 
     def connection_opened(self, connection: Any) -> None: ...

@@ -32,7 +32,9 @@ from broker.protocol.engine import (Closing, EngineEvent, Finished, IdleTiming, 
 from broker.protocol.host import Principal, ProtocolHost
 from broker.security import sasl_exchange
 from broker.security.sasl_exchange import SaslServer, SaslStep
+from broker.security.access_control import UNCHECKED, ConnectionAccess
 
+from . import access_checks
 from . import methods as m
 from .versions import SERVER_ONLY, VERSION_TABLES, method_ids, method_ids_table, server_properties
 from .store_wait import StoreWaits
@@ -100,6 +102,7 @@ class AmqpConnection(OutputQueue):
         self.principal: Principal | None = None
         self.authentication: Callable[[], SaslStep] | None = None   # work for a worker thread
         self.namespace: Any = None
+        self.access: ConnectionAccess = UNCHECKED     # the ACL checks, from connection.open on
         self.model: Any = None             # the runtime Connection object in the model tree
         self.virtual_host_name = ""
         self.virtual_host_as_named = ""        # as connection.open named it ("/" for the default)
@@ -453,6 +456,8 @@ class AmqpConnection(OutputQueue):
                 raise errors.ChannelError(
                     f"expected 'channel.open' on channel {channel}, got '{method.NAME}'")
             return
+        if self.access.control.active and not access_checks.permitted(ch, method):
+            return
         ch.method(method, payload)
 
     def _open_channel(self, number: int) -> None:
@@ -601,6 +606,7 @@ class AmqpConnection(OutputQueue):
         assert self.principal is not None
         self.namespace = self.host.open_virtual_host(method.virtual_host, self.principal)
         self.virtual_host_name = self.namespace.vhost_name
+        self.access = self.host.access(self.principal, self.virtual_host_name, self.remote_host)
         self.virtual_host_as_named = method.virtual_host or "/"
         self.state = State.OPEN
         self.opened = True

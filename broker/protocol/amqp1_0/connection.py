@@ -38,6 +38,7 @@ from broker.protocol.engine import (Closing, EngineEvent, Finished, IdleTiming, 
 from broker.protocol.host import Principal, ProtocolHost
 from broker.security import sasl_exchange
 from broker.security.sasl_exchange import SaslServer, SaslStep
+from broker.security.access_control import UNCHECKED, ConnectionAccess
 
 from .composite import Performative
 from .conditions import (AmqpErrorCondition, ConnectionErrorCondition, ProtocolFault, Scope, error_of)
@@ -94,6 +95,7 @@ class AmqpConnection10(OutputQueue):
         self.authentication: Callable[[], SaslStep] | None = None
         self._sasl: SaslServer | None = None
         self.namespace: Any = None
+        self.access: ConnectionAccess = UNCHECKED     # the ACL checks, from open on
         self.model: Any = None
         self.virtual_host_name = ""
         #: the open's hostname (``$management``: the broker's management node, see .management)
@@ -343,6 +345,7 @@ class AmqpConnection10(OutputQueue):
         self.hostname = str(open_.hostname or "")
         self.namespace = self._virtual_host(open_.hostname)
         self.virtual_host_name = self.namespace.vhost_name
+        self.access = self.host.access(self.principal, self.virtual_host_name, self.remote_host)
         our_max = max(self.host.frame_max, MIN_MAX_FRAME_SIZE)
         self._reader.max_frame_size = our_max
         idle_ms = self.host.heartbeat * 1000

@@ -37,6 +37,7 @@ from broker.messaging.link_terminus import ExpiryPolicy, Terminus, TerminusDurab
 from broker.messaging.selectors import compile_selector
 from broker.messaging.termini import LinkRole
 from broker.messaging.transaction import AutoCommitTransaction
+from broker.security.acl_rules import ObjectType, Operation
 
 from .addresses import Destination, resolve_source, resolve_target
 from .browsing import QueueBrowser, is_browser
@@ -44,7 +45,8 @@ from .conditions import AmqpErrorCondition, LinkErrorCondition, ProtocolFault, S
 from .definitions import (Accepted, Attach, Coordinator, Detach, Disposition, Error, Flow, Modified, Rejected,
                           Released, Source, Target, TransactionalState, Transfer)
 from .delivery_frames import transfer_frame
-from .dynamic_nodes import answer_target, dynamic_source_fields, make_dynamic_node, needs_node
+from .dynamic_nodes import (TEMPORARY_QUEUE_PREFIX, answer_target, dynamic_source_fields, make_dynamic_node,
+                            needs_node)
 from .framing import transfer_frames
 from .sections import MessageSections
 from .values import Described, Symbol
@@ -182,6 +184,11 @@ class LinkEndpoint10:
         self.link = None                       # the peer's answering detach changes nothing more
         self.namespace.links.detach(link, self, closed=False)
 
+    def _check_dynamic_node(self) -> None:
+        """CREATE QUEUE of the temporary queue a dynamic terminus asks for (its name is made later)."""
+        self.connection.access.check(Operation.CREATE, ObjectType.QUEUE, TEMPORARY_QUEUE_PREFIX,
+                                     durable=False, auto_delete=True, temporary=True)
+
     def attach_refused(self, error: errors.BrokerError) -> None:
         self.refuse(error_of(error))
 
@@ -295,6 +302,7 @@ class ReceivingLink(LinkEndpoint10):
         link = attachment.link
         terminus = link.terminus
         if needs_node(terminus):                        # a dynamic target: a temporary queue
+            self._check_dynamic_node()
             terminus = make_dynamic_node(self.namespace, link)
         if terminus.address is not None:
             self.destination = resolve_target(self.namespace, terminus.address)
@@ -383,6 +391,7 @@ class ReceivingLink(LinkEndpoint10):
         self.connection.messages_received += 1
         try:
             exchange, routing_key = self._route_of(payload)
+            self.connection.access.check_publish(exchange, routing_key)
             message = message_from_transfer(payload, exchange=exchange, routing_key=routing_key,
                                             arrival=ns.clock())
             queues = ns.route(exchange, message)
@@ -492,11 +501,13 @@ class SendingLink(LinkEndpoint10):
         terminus = link.terminus
         self.priority = consumer_priority(self.peer_attach)
         if needs_node(terminus):                        # a dynamic source: a temporary queue
+            self._check_dynamic_node()
             terminus = make_dynamic_node(self.namespace, link)
         if terminus.address is None:
             raise errors.NotFound("a source without an address")
         node = resolve_source(self.namespace, terminus.address)
         if node.queue is not None:
+            self.connection.access.check(Operation.CONSUME, ObjectType.QUEUE, node.queue)
             if terminus.selector is not None:
                 self.selector = compile_selector(terminus.selector)
             self._consume(self.namespace.queue(node.queue, owner=self.connection), terminus,
@@ -505,6 +516,8 @@ class SendingLink(LinkEndpoint10):
         self.binding_key = binding_key_of(self.peer_attach.source.filter if self.peer_attach.source else None)
         if self.binding_key is not None:
             node = replace(node, binding_key=self.binding_key)
+        self.connection.access.check(Operation.BIND, ObjectType.EXCHANGE, node.exchange,
+                                     routing_key=node.binding_key, temporary=True)
 
         def subscribed(name: str | None, error: errors.BrokerError | None) -> None:
             session = self.session

@@ -36,7 +36,7 @@ def _message(routing_key: str) -> Message:
 
 
 def test_exchanges_and_queues_are_children_of_the_virtual_host(vhost: VirtualHost) -> None:
-    assert TREE["VirtualHost"] == ("Exchange", "Queue")
+    assert TREE["VirtualHost"] == ("Exchange", "Queue", "VirtualHostAccessControlProvider")
     names = {x.name for x in vhost.exchanges}
     assert {"amq.direct", "amq.fanout", "amq.topic", "amq.headers", "amq.match"} <= names
     ns = vhost.namespace

@@ -14,6 +14,7 @@ from broker.protocol.amqp0_9_1.codec import FRAME_BODY, FRAME_HEADER, FRAME_METH
 from broker.protocol.amqp0_9_1.connection import AmqpConnection
 from broker.protocol.amqp0_9_1.properties import decode_properties, encode_properties
 from broker.protocol.detect import AmqpVersion
+from broker.security.access_control import AccessControl, ConnectionAccess
 
 _DECODERS = {AmqpVersion.V0_8: m.DECODERS_0_8, AmqpVersion.V0_9: m.DECODERS_0_9,
              AmqpVersion.V0_9_1: m.DECODERS_0_9_1}
@@ -48,6 +49,8 @@ class FakeHost:
     #: the resource alarm's reason ("low on disk"), "" when publishers are not blocked
     alarm: str = ""
     opened: list[Any] = field(default_factory=list)
+    #: the ACL decisions (configure it with rule sets to test the engines' checks)
+    access_control: AccessControl = field(default_factory=AccessControl)
     namespace: Namespace = field(init=False)
 
     def __post_init__(self) -> None:
@@ -68,6 +71,12 @@ class FakeHost:
         if name not in ("/", "", "default"):
             raise errors.InvalidPath(f"no virtual host '{name}'")
         return self.namespace
+
+    def access(self, principal: Any, vhost_name: str, remote_host: str) -> ConnectionAccess:
+        control = self.access_control
+        access = ConnectionAccess(control, control.subject(principal.name, remote_host), vhost_name)
+        access.check_access()
+        return access
 
     def connection_opened(self, connection: Any) -> None:
         self.opened.append(connection)
