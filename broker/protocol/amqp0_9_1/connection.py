@@ -547,6 +547,8 @@ class AmqpConnection(OutputQueue):
     def _authenticate(self, mechanism: str, response: bytes) -> Principal:
         if mechanism == "ANONYMOUS":
             return self.host.authenticate_anonymous(self.remote_host)
+        if mechanism == "EXTERNAL":
+            return self.host.authenticate_external(response, self.remote_host)
         user, password = sasl.credentials(mechanism, response)
         return self.host.authenticate(user, password, self.remote_host)
 

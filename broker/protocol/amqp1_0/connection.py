@@ -49,7 +49,7 @@ from .values import DecodeError, Symbol
 log = logging.getLogger(__name__)
 
 #: the SASL mechanisms this engine speaks (of those the port's provider offers)
-MECHANISMS = ("PLAIN", "ANONYMOUS")
+MECHANISMS = ("EXTERNAL", "PLAIN", "ANONYMOUS")
 IDLE_SEND_FRACTION = 0.5         # beat after half the peer's idle-time-out (spec 2.4.5)
 IDLE_EXPIRE_FACTOR = 2.0         # a peer silent twice our idle-time-out is gone
 #: what the broker's open offers: SHARED-SUBS, JMS 2.0 shared subscriptions (Qpid JMS asks for it)
@@ -253,6 +253,8 @@ class AmqpConnection10(OutputQueue):
         def authenticate() -> Principal:
             if mechanism == "ANONYMOUS":
                 return host.authenticate_anonymous(remote)
+            if mechanism == "EXTERNAL":
+                return host.authenticate_external(response, remote)
             user, password = sasl.credentials(mechanism, response)
             return host.authenticate(user, password, remote)
 
