@@ -45,6 +45,6 @@ __all__ = [
     "AmqpPort", "Attribute", "AuthenticationProvider", "Broker", "Category", "ChangeListener",
     "ConfigurationRecord", "ConfiguredObject", "Connection", "Consumer",
     "DurableConfigurationStore", "HttpPort", "KeyStore", "MemoryConfigurationStore", "Port",
-    "PortProtocol", "Session", "State", "SystemConfig", "Transport", "TrustStore", "User", "VirtualHost",
-    "VirtualHostNode", "attribute", "categories", "category", "derived", "load_system_config",
+    "PortProtocol", "Session", "State", "SystemConfig", "Transport", "TrustStore", "User",
+    "VirtualHost", "VirtualHostNode", "attribute", "categories", "category", "derived", "load_system_config",
 ]

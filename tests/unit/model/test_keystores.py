@@ -6,6 +6,7 @@ import base64
 import logging
 import shutil
 import ssl
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,9 @@ def test_defaults_are_tls_1_2_and_up_without_client_certificates(load: Loader, p
     assert context.verify_mode is ssl.CERT_NONE
     old = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     old.load_verify_locations(str(pki.ca))
-    old.maximum_version = ssl.TLSVersion.TLSv1_1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)     # TLS 1.1: what is refused
+        old.maximum_version = ssl.TLSVersion.TLSv1_1
     server = TlsLayer(context)
     client = TlsLayer(old, server_side=False, server_hostname="localhost")
     for _ in range(5):

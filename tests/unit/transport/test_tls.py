@@ -142,9 +142,9 @@ def test_close_notify_is_answered_and_ends_the_stream(pki: Pki) -> None:
     assert server.receive_data(goodbye) == b""
     assert server.closed and "close_notify" in server.close_reason
     answer = server.data_to_send()
-    assert answer[0] == ALERT
+    assert answer                                           # (TLS 1.3 encrypts the alert)
     client.receive_data(answer)
-    assert client.closed                                    # our close_notify reached it
+    assert client.closed and "close_notify" in client.close_reason   # ours reached it
 
 
 def test_our_end_stream_reaches_the_peer_as_close_notify(pki: Pki) -> None:
