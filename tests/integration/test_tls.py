@@ -280,6 +280,11 @@ def test_reload_serves_the_renewed_certificate(tls_broker: TlsBroker, tmp_path: 
                                            credentials=pika.PlainCredentials("guest", "guest"))
         with pika.BlockingConnection(params) as conn:
             _round_trip(conn.channel())
+        tls_broker.pki.server_cert.write_text("not a certificate")
+        refused = tls_broker.api.post("keystore/server/reload")
+        assert 400 <= refused.status_code < 500 and "holds no PEM certificate" in refused.text
+        assert _same_certificate(ssl.get_server_certificate(("localhost", port)),
+                                 renewed.server_cert)                  # the one in use stays
     finally:
         tls_broker.pki.server_cert.write_bytes(old_cert)
         tls_broker.pki.server_key.write_bytes(old_key)
