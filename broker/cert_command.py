@@ -65,7 +65,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"deltamq cert: --client {client!r} cannot name a file", file=sys.stderr)
             return 2
     ca_cert, ca_key = out / "ca.pem", out / "ca-key.pem"
-    if ca_cert.exists() and ca_key.exists():
+    if ca_cert.exists() != ca_key.exists():
+        print(f"deltamq cert: {out} holds {ca_cert.name if ca_cert.exists() else ca_key.name}"
+              " without its pair: restore it, or remove it to make a new CA", file=sys.stderr)
+        return 2
+    if ca_cert.exists():
         ca = generation.load_issued(ca_key, ca_cert)
         print(f"using the CA in {ca_cert}")
     else:

@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: the transport that means TLS
-SSL = "SSL"
+#: the transports that mean TLS
+TLS_TRANSPORTS = ("SSL", "WSS")
 
 
 class TlsPortAttributes:
@@ -72,7 +72,8 @@ class TlsPortAttributes:
 
     @property
     def serves_tls(self) -> bool:
-        return any(t.name == SSL for t in cast(Any, self).transports)
+        """``transports`` names SSL (or WSS: WebSocket over TLS needs the key store too)."""
+        return any(t.name in TLS_TRANSPORTS for t in cast(Any, self).transports)
 
     def validate_tls(self) -> None:
         """The TLS attributes make sense, and, on a TLS port, make a context."""
@@ -93,7 +94,7 @@ class TlsPortAttributes:
                                          " exist")
         elif self.serves_tls:
             raise ConfigurationError(f"{port.label}: attribute 'keyStore' is mandatory when"
-                                     " 'transports' includes SSL")
+                                     " 'transports' includes SSL or WSS")
         trust_stores = []
         for name in self.trust_stores:
             found = broker.child("TrustStore", name) if broker is not None else None

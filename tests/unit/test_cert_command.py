@@ -59,3 +59,12 @@ def test_cert_refuses_a_client_name_that_is_a_path(tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["cert", "--out", str(tmp_path), "--client", "../x"]) == 2
     assert "cannot name a file" in capsys.readouterr().err
+
+
+def test_cert_refuses_half_a_ca(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _run(["cert", "--out", str(tmp_path)], capsys)
+    ca = (tmp_path / "ca.pem").read_bytes()
+    (tmp_path / "ca-key.pem").unlink()
+    assert cli.main(["cert", "--out", str(tmp_path), "--client", "x"]) == 2
+    assert "ca.pem without its pair" in capsys.readouterr().err
+    assert (tmp_path / "ca.pem").read_bytes() == ca and not (tmp_path / "client-x.pem").exists()
