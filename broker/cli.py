@@ -3,12 +3,14 @@
 ::
 
     deltamq serve [--config FILE] [--overwrite-config] [--store-type TYPE] [--data-dir DIR]
-                  [--amqp-port N] [--http-port N] [-D name=value ...] [--log-level LEVEL]
+                  [--amqp-port N] [--amqps-port N] [--http-port N] [-D name=value ...]
+                  [--log-level LEVEL]
     deltamq user add NAME [--password P] [--virtual-host VHOST ...] [--admin] [--data-dir DIR | --file PATH]
     deltamq user admin NAME [--revoke] [--data-dir DIR | --file PATH]
     deltamq user passwd NAME [--password P] [--data-dir DIR | --file PATH]
     deltamq user delete NAME [--data-dir DIR | --file PATH]
     deltamq user list [--data-dir DIR | --file PATH]
+    deltamq cert [--out DIR] [--hostname NAME ...] [--client CN ...] [--days N] [--force]
     deltamq --version
 
 Other packages add commands through entry point group ``deltamq.commands``:
@@ -18,6 +20,11 @@ Other packages add commands through entry point group ``deltamq.commands``:
 ``serve``'s options are context variables (``--amqp-port 5673`` is
 ``-D deltamq.amqp_port=5673``); an explicit option wins over a ``-D`` of the
 same variable.  ``--overwrite-config`` is not: it acts once, on this start.
+A broker told its AMQP port (``--amqp-port``) but not its AMQPS port listens
+for TLS on a free port number rather than on 5671, so brokers started side by
+side (tests, benchmarks) do not compete for it; ``--amqps-port`` (or
+``deltamq.amqps_port``) names it.  ``deltamq cert`` is
+:mod:`broker.cert_command`.
 The server itself is :func:`broker.server.serve`.
 """
 
@@ -29,7 +36,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from broker import __version__
+from broker import __version__, cert_command
 from broker.errors import BrokerError
 from broker.model.context import environment_value
 from broker.model.system_store import STORE_TYPE_VARIABLE
@@ -38,6 +45,7 @@ from broker.security.passwords import PasswordFile
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 DATA_DIR_VARIABLE = "deltamq.data_dir"
+AMQPS_PORT_VARIABLE = "deltamq.amqps_port"
 DEFAULT_DATA_DIR = "./data"
 PASSWORD_FILE_NAME = "passwords"
 
@@ -66,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     _add_serve(commands)
     _add_user(commands)
+    cert_command.add_command(commands)
     _add_plugin_commands(commands)
     return parser
 
@@ -109,6 +118,9 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                             " default ./data)")
     serve.add_argument("--amqp-port", metavar="N", type=_port_number,
                        help="AMQP port (sets deltamq.amqp_port; default 5672; 0 picks a free one)")
+    serve.add_argument("--amqps-port", metavar="N", type=_port_number,
+                       help="AMQP over TLS port (sets deltamq.amqps_port; default 5671, or a"
+                            " free one when --amqp-port is given without this)")
     serve.add_argument("--http-port", metavar="N", type=_port_number,
                        help="HTTP management port (sets deltamq.http_port; default 8080)")
     serve.add_argument("-D", dest="defines", metavar="name=value", action="append", default=[],
@@ -128,6 +140,11 @@ def serve_context(args: argparse.Namespace) -> dict[str, str]:
         context[DATA_DIR_VARIABLE] = args.data_dir
     if args.amqp_port is not None:
         context["deltamq.amqp_port"] = str(args.amqp_port)
+    if args.amqps_port is not None:
+        context[AMQPS_PORT_VARIABLE] = str(args.amqps_port)
+    elif args.amqp_port is not None and AMQPS_PORT_VARIABLE not in context \
+            and environment_value(AMQPS_PORT_VARIABLE) is None:
+        context[AMQPS_PORT_VARIABLE] = "0"      # brokers side by side: not all on 5671
     if args.http_port is not None:
         context["deltamq.http_port"] = str(args.http_port)
     if args.store_type is not None:

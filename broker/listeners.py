@@ -32,7 +32,9 @@ from broker import errors
 from broker.model.port import Port, PortListener
 from broker.transport.accept import Acceptor
 from broker.transport.handshake import HandshakeLimits, OpeningConnections
+from broker.transport.layers import LayerFactory, no_layers
 from broker.transport.tcp import AmqpProtocol, ConnectionRegistry, close_all
+from broker.transport.tls import layer_factory
 
 log = logging.getLogger("deltamq")
 
@@ -97,6 +99,14 @@ def where(port: Port) -> str:
     return f"{port.local_host or '*'}:{port.port}"
 
 
+def port_layers(port: Port) -> LayerFactory:
+    """The layers a port's transports put under header detection (SSL: TLS)."""
+    context = getattr(port, "connection_tls_context", None)
+    if context is None:
+        return no_layers
+    return layer_factory([transport.name for transport in port.transports], context)
+
+
 class AmqpListener:
     """An AMQP port listening: its sockets, the connections that came in through them."""
 
@@ -125,6 +135,7 @@ class AmqpListener:
 
     def reconfigure(self) -> None:
         self.registry.max_connections = int(self.port.max_open_connections)
+        self.registry.layers = port_layers(self.port)
         try:
             self.registry.limits = HandshakeLimits.resolved(self.port.resolve)
         except errors.BrokerError as exc:
@@ -270,12 +281,15 @@ class Listeners:
         limits = HandshakeLimits.resolved(port.resolve)
         sockets = bind_sockets(port.local_host, int(port.port))
         registry = ConnectionRegistry(max_connections=int(port.max_open_connections),
-                                      limits=limits, opening=self.opening)
+                                      limits=limits, opening=self.opening,
+                                      layers=port_layers(port))
         listener = AmqpListener(port, sockets, self.amqp_protocols(port, registry), registry)
         self._amqp.append(listener)
         self.group.start_soon(listener.serve)
-        log.info("AMQP port '%s' listening on %s:%s (%s)", port.name, port.local_host or "*",
-                 listener.bound_port, ", ".join(p.name for p in port.protocols))
+        log.info("AMQP port '%s' listening on %s:%s (%s%s)", port.name, port.local_host or "*",
+                 listener.bound_port, ", ".join(p.name for p in port.protocols),
+                 "; " + "+".join(t.name for t in port.transports)
+                 if [t.name for t in port.transports] != ["TCP"] else "")
         return listener
 
     def _listen_http(self, port: Port) -> HttpListener:

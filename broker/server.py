@@ -19,13 +19,14 @@ cannot write refuses the start with one line.
 from __future__ import annotations
 
 import asyncio
+import copy
 import gc
 import logging
 import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import anyio
@@ -36,8 +37,9 @@ from broker.listeners import Listeners, ManagementPlugin
 from broker.protocol.detect import AmqpVersion
 from broker.protocol.engine import ENGINES, Engine
 from broker.resource_alarms import CHECK_INTERVAL, ResourceAlarms
-from broker.security import mechanisms, scram_login
+from broker.security import external, scram_login
 from broker.transport.tcp import AmqpProtocol, ConnectionRegistry
+from broker.transport.tls import TlsSession, tls_session
 
 log = logging.getLogger("deltamq")
 
@@ -70,19 +72,38 @@ class BrokerHost:
         self.channel_max = int(broker.max_channels)
         self.heartbeat = int(broker.heartbeat_delay)
         self.max_message_size = int(broker.max_message_size)
+        #: the TLS session of one connection (None: plain TCP, or the port's own host)
+        self.tls: TlsSession | None = None
+
+    def for_connection(self, layers: Sequence[object]) -> BrokerHost:
+        """This host as one connection sees it: with its TLS session, if it has one."""
+        session = tls_session(layers)
+        if session is None:
+            return self
+        host = copy.copy(self)
+        host.tls = session
+        return host
 
     @property
     def provider(self) -> Any:
         return self.port.provider
 
     def sasl_mechanisms(self, remote_host: str) -> list[str]:
-        # Broker-J offers secure-only mechanisms on TLS connections; until a connection
-        # can tell, a port is secure when every one of its transports is
-        return self.provider.available_mechanisms(mechanisms.is_secure(self.port.transports))
+        # Broker-J offers secure-only mechanisms on TLS connections only; EXTERNAL
+        # only to a client that presented a verified certificate
+        tls = self.tls
+        return external.offered(self.provider.available_mechanisms(tls is not None),
+                                tls.peer if tls is not None else None)
 
     def sasl_server(self, mechanism: str, remote_host: str) -> Any:
         """The exchange of a multi-step mechanism (SCRAM) with the port's provider."""
         return scram_login.sasl_server(self.provider, mechanism, remote_host)
+
+    def authenticate_external(self, response: bytes, remote_host: str) -> Any:
+        """SASL EXTERNAL: the user the client certificate names (:mod:`broker.security.external`)."""
+        return external.authenticate(self.provider, self.tls.peer if self.tls is not None else None,
+                                     response, remote_host,
+                                     use_full_dn=bool(getattr(self.port, "use_full_dn", False)))
 
     def authenticate(self, username: str, password: str, remote_host: str) -> Any:
         return self.provider.authenticate(username, password, remote_host)
@@ -127,7 +148,7 @@ class BrokerHost:
             protocol=getattr(connection, "port_protocol", None)
             or f"AMQP_{connection.version.value.replace('-', '_')}",
             principal=principal.name if principal is not None else "",
-            transport="TCP",
+            transport="SSL" if self.tls is not None else "TCP",
             client_id=_text(props.get("connection_name", "")),
             client_product=_text(props.get("product", "")),
             client_version=_text(props.get("version", "")),
@@ -215,14 +236,16 @@ def _amqp_protocols(broker: Any, alarms: ResourceAlarms
     def for_port(port: Any, registry: ConnectionRegistry) -> Callable[[], AmqpProtocol]:
         host = BrokerHost(broker, port, alarms)
 
-        def engine_factory(version: AmqpVersion, remote_host: str, remote_port: int) -> Engine:
-            return ENGINES.factory(version)(host, version, remote_host, remote_port, port.name)
-
         def protocol() -> AmqpProtocol:
             # the port's protocols as they are now: a change applies to the next connection
             supported = ENGINES.versions(p.name for p in port.protocols)
+            layers = registry.layers()
+
+            def engine_factory(version: AmqpVersion, remote_host: str, remote_port: int) -> Engine:
+                return ENGINES.factory(version)(host.for_connection(layers), version, remote_host,
+                                                remote_port, port.name)
             return AmqpProtocol(engine_factory, supported, registry,
-                                ENGINES.preferred_header(supported))
+                                ENGINES.preferred_header(supported), layers=layers)
         return protocol
     return for_port
 

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from broker.errors import ConfigurationError
 from broker.model.attributes import attribute, derived
 from broker.model.configured_object import ConfiguredObject, State
+from broker.model.port_tls import TlsPortAttributes
 from broker.protocol.engine import ENGINES
 
 if TYPE_CHECKING:
@@ -267,7 +268,7 @@ class Port(ConfiguredObject):
                                          f" {sibling.label}")
 
 
-class AmqpPort(Port):
+class AmqpPort(TlsPortAttributes, Port):
     type_name = "AMQP"
 
     protocols = attribute(list, of=PortProtocol, default=[p.name for p in IMPLEMENTED_PROTOCOLS],
@@ -300,6 +301,7 @@ class AmqpPort(Port):
             raise ConfigurationError(f"{self.label}: attribute 'authenticationProvider' is"
                                      " mandatory for an AMQP port")
         self.provider.check_port(self.label, list(self.transports))
+        self.validate_tls()                     # keyStore, trustStores, client auth (port_tls)
 
 
 class HttpPort(Port):

@@ -30,13 +30,15 @@ if TYPE_CHECKING:
 #: (authentication providers before the ports that name them).
 TREE: dict[str, tuple[str, ...]] = {
     "SystemConfig": ("Broker",),
-    "Broker": ("AuthenticationProvider", "GroupProvider", "AccessControlProvider", "Port",
-               "VirtualHostNode"),
+    "Broker": ("AuthenticationProvider", "GroupProvider", "AccessControlProvider", "KeyStore",
+               "TrustStore", "Port", "VirtualHostNode"),
     "AuthenticationProvider": ("User",),
     # access control (broker.model.access_control): asked in priority order
     "GroupProvider": (),
     "AccessControlProvider": (),
     "VirtualHostAccessControlProvider": (),
+    "KeyStore": (),
+    "TrustStore": (),
     # Runtime objects sit where Broker-J 7 puts them: a connection under the
     # port it came in on (its virtual host keeps it as an association, not a
     # child), sessions under their connection, a consumer under its queue

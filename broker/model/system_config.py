@@ -57,6 +57,7 @@ BUILTIN_CONTEXT: dict[str, str | Callable[[], str]] = {
     DATA_DIR_VARIABLE: "./data",
     PATH_ROOTS_VARIABLE: "",
     "deltamq.amqp_port": "5672",
+    "deltamq.amqps_port": "5671",
     "deltamq.http_port": "8080",
     "deltamq.memory_high_watermark": default_memory_high_watermark,
     "deltamq.disk_free_limit": str(DEFAULT_DISK_FREE_LIMIT),

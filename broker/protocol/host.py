@@ -41,6 +41,10 @@ class ProtocolHost(Protocol):
         (:mod:`broker.security.sasl_exchange`)."""
         ...
 
+    def authenticate_external(self, response: bytes, remote_host: str) -> Principal:
+        """SASL EXTERNAL: who the connection's TLS client certificate names."""
+        ...
+
     def open_virtual_host(self, name: str, principal: Principal) -> Namespace:
         """The namespace of virtual host ``name`` (``/`` and "" mean the default).
 

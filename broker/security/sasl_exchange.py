@@ -9,8 +9,8 @@ step may verify a slow hash or read the password file) and send what each
 :class:`SaslStep` says -- 0-8/0-9/0-9-1 in ``connection.secure``, 1.0 in
 ``sasl-challenge`` and ``sasl-outcome``.
 
-PLAIN, AMQPLAIN and ANONYMOUS are one step, over the host's
-``authenticate`` / ``authenticate_anonymous``; every other mechanism comes
+PLAIN, AMQPLAIN, ANONYMOUS and EXTERNAL are one step, over the host's
+``authenticate`` / ``authenticate_anonymous`` / ``authenticate_external``; every other mechanism comes
 from the host's ``sasl_server`` (the port's authentication provider).
 """
 
@@ -56,7 +56,7 @@ class SaslServer(Protocol):
 
 
 class PasswordLogin:
-    """PLAIN, AMQPLAIN or ANONYMOUS: the first response decides."""
+    """PLAIN, AMQPLAIN, ANONYMOUS or EXTERNAL: the first response decides."""
 
     def __init__(self, host: ProtocolHost, mechanism: str, remote_host: str) -> None:
         self.host = host
@@ -66,12 +66,14 @@ class PasswordLogin:
     def respond(self, response: bytes) -> SaslStep:
         if self.mechanism == "ANONYMOUS":
             return SaslStep(principal=self.host.authenticate_anonymous(self.remote_host))
+        if self.mechanism == "EXTERNAL":
+            return SaslStep(principal=self.host.authenticate_external(response, self.remote_host))
         user, password = sasl.credentials(self.mechanism, response)
         return SaslStep(principal=self.host.authenticate(user, password, self.remote_host))
 
 
 def start(host: ProtocolHost, mechanism: str, remote_host: str) -> SaslServer:
     """The server of ``mechanism`` (one the engine checked the host offers)."""
-    if mechanism in ("ANONYMOUS", *sasl.PASSWORD_MECHANISMS):
+    if mechanism in ("ANONYMOUS", "EXTERNAL", *sasl.PASSWORD_MECHANISMS):
         return PasswordLogin(host, mechanism, remote_host)
     return host.sasl_server(mechanism, remote_host)

@@ -13,7 +13,12 @@ it decides which engine runs above it.
 
 Once the header is read, a chain with no other layer is bypassed entirely:
 bytes go straight from the socket to the engine and back, so plain TCP
-pays nothing for the seam.
+pays nothing for the seam.  So is a chain whose other layers say they are
+``transparent`` (port unification that found a plain client).
+
+Optional, beside the protocol: ``end_stream()`` gives a layer's goodbye
+when the connection ends (TLS: ``close_notify``), ``close_reason`` says
+why a closed layer closed, for the log.
 """
 
 from __future__ import annotations
@@ -77,6 +82,30 @@ class LayerChain:
             if own:
                 data = own + data
         return data
+
+    def end(self) -> bytes:
+        """The connection ends: every layer's goodbye (``end_stream``), encoded by those below."""
+        data = b""
+        for layer in reversed(self.layers):
+            if data:
+                data = layer.send_data(data)
+            end_stream = getattr(layer, "end_stream", None)
+            if end_stream is not None:
+                data += end_stream()
+        return data
+
+    @property
+    def transparent(self) -> bool:
+        """Every layer below the top passes bytes untouched: the chain may be bypassed."""
+        return all(getattr(layer, "transparent", False) for layer in self.layers[:-1])
+
+    @property
+    def close_reason(self) -> str:
+        """Why a layer ended the stream ("" when none says)."""
+        for layer in self.layers:
+            if layer.closed:
+                return str(getattr(layer, "close_reason", ""))
+        return ""
 
     @property
     def closed(self) -> bool:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, cast
 
@@ -46,7 +47,7 @@ from broker.protocol.detect import AmqpVersion, HeaderDetector
 from broker.protocol.engine import (Closing, Engine, EngineEvent, Finished, IdleTiming, Opened,
                                     PauseReading, ResumeReading, WorkRequested)
 from broker.transport.handshake import HandshakeLimits, OpeningConnections
-from broker.transport.layers import LayerChain, LayerFactory, no_layers
+from broker.transport.layers import Layer, LayerChain, LayerFactory, no_layers
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,8 @@ class AmqpProtocol(asyncio.Protocol):
     """One accepted TCP connection: its layers, then the engine the protocol header picks."""
 
     def __init__(self, engine_factory: EngineFactory, supported: frozenset[AmqpVersion],
-                 registry: ConnectionRegistry, preferred_header: bytes = b"") -> None:
+                 registry: ConnectionRegistry, preferred_header: bytes = b"",
+                 layers: Sequence[Layer] | None = None) -> None:
         self.engine_factory = engine_factory
         self.registry = registry
         self.engine: Engine | None = None
@@ -92,7 +94,9 @@ class AmqpProtocol(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._detector = HeaderDetector(supported, preferred_header)
         #: None once bypassed: plain TCP after the header
-        self._chain: LayerChain | None = LayerChain([*registry.layers(), self._detector])
+        #: ``layers``: made by the caller, who wants to see them (TLS: the peer's certificate)
+        self._chain: LayerChain | None = LayerChain(
+            [*(registry.layers() if layers is None else layers), self._detector])
         self._remote = ("?", 0)
         self._flush_scheduled = False
         self._write_paused = False
@@ -177,7 +181,7 @@ class AmqpProtocol(asyncio.Protocol):
             self._lingering = True
             self.transport.close()
             return False
-        if len(self._chain.layers) == 1:
+        if self._chain.transparent:
             self._chain = None            # detection was the only layer: bypass it from now on
         engine = self.engine = self.engine_factory(detector.version, host, port)
         engine.on_output = self._schedule_flush
@@ -227,13 +231,19 @@ class AmqpProtocol(asyncio.Protocol):
         data = engine.data_to_send() if engine is not None else b""
         if chain is not None:
             data = chain.send(data)
+            if self._finished is not None:
+                data += chain.end()       # the layers' goodbye (TLS close_notify)
         if data:
             transport.write(data)
             self._last_sent = self._loop.time()
             if not self._write_paused and engine is not None:
                 engine.output_drained()
         if chain is not None and chain.closed:
-            transport.close()             # a layer ended the stream (a refused header)
+            reason = chain.close_reason
+            if reason and not self._lingering:
+                log.info("closing connection from %s: %s", self._remote[0], reason)
+            self._lingering = True
+            transport.close()             # a layer ended the stream (a refused header, a TLS alert)
             return
         finished = self._finished
         if finished is not None and not self._lingering:

@@ -93,8 +93,21 @@ def test_serve_passes_options_as_context(fake_server: list[tuple[Any, ...]],
                       "-D", "deltamq.amqp_port=1", "--log-level", "debug"], capsys)
     assert code == 3
     assert fake_server == [("my.json", {"a.b": "c=d", "deltamq.data_dir": "/srv/mq",
-                                        "deltamq.amqp_port": "5673",
+                                        "deltamq.amqp_port": "5673", "deltamq.amqps_port": "0",
                                         "deltamq.http_port": "0"}, "DEBUG", False)]
+
+
+def test_the_amqps_port_moves_aside_only_when_the_amqp_port_is_chosen(
+        fake_server: list[tuple[Any, ...]], capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DELTAMQ_AMQPS_PORT", raising=False)
+    run(["serve", "--amqp-port", "5673", "--amqps-port", "5674"], capsys)
+    run(["serve", "--amqp-port", "5673", "-D", "deltamq.amqps_port=5675"], capsys)
+    run(["serve", "--amqps-port", "5676"], capsys)
+    monkeypatch.setenv("DELTAMQ_AMQPS_PORT", "5677")
+    run(["serve", "--amqp-port", "5673"], capsys)
+    assert [call[1].get("deltamq.amqps_port") for call in fake_server] == \
+        ["5674", "5675", "5676", None]
 
 
 def test_serve_defaults(fake_server: list[tuple[Any, ...]],

@@ -51,7 +51,7 @@ from .values import DecodeError, Symbol
 log = logging.getLogger(__name__)
 
 #: the SASL mechanisms this engine speaks (of those the port's provider offers)
-MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-1", "PLAIN", "ANONYMOUS")
+MECHANISMS = ("EXTERNAL", "SCRAM-SHA-256", "SCRAM-SHA-1", "PLAIN", "ANONYMOUS")
 IDLE_SEND_FRACTION = 0.5         # beat after half the peer's idle-time-out (spec 2.4.5)
 IDLE_EXPIRE_FACTOR = 2.0         # a peer silent twice our idle-time-out is gone
 #: what the broker's open offers: SHARED-SUBS, JMS 2.0 shared subscriptions (Qpid JMS asks for it)

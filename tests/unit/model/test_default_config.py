@@ -30,7 +30,7 @@ def test_packaged_default_is_the_repository_file() -> None:
 
 
 def test_amqp_port_on_every_interface_with_every_implemented_protocol(system: SystemConfig) -> None:
-    [amqp] = system.broker.ports("AMQP")
+    [amqp, amqps] = system.broker.ports("AMQP")
     assert isinstance(amqp, AmqpPort)
     assert amqp.port == 5672
     assert amqp.binding_address == "" and amqp.local_host is None
@@ -38,6 +38,9 @@ def test_amqp_port_on_every_interface_with_every_implemented_protocol(system: Sy
     assert amqp.transports == [Transport.TCP]
     assert amqp.max_open_connections == -1
     assert isinstance(amqp.provider, PasswordFileAuthenticationProvider)
+    assert (amqps.name, amqps.port, amqps.transports) == ("AMQPS", 5671, [Transport.SSL])
+    assert amqps.protocols == IMPLEMENTED_AMQP and amqps.provider is amqp.provider
+    assert amqps.key_store == "amqps"                     # generated at first start (docs/tls.md)
 
 
 def test_http_port_is_modelled(system: SystemConfig) -> None:
