@@ -210,6 +210,13 @@ class VirtualHost(ConfiguredObject):
                 namespace.unknown_arguments = unknown_argument_behaviour(self._lookup(UNKNOWN_ARGUMENTS_VARIABLE))
             except ValueError as exc:
                 raise ConfigurationError(f"{self.label}: {exc}") from None
+        if hasattr(namespace, "flow"):
+            from broker.messaging.flow_control import RESUME_LIMIT_VARIABLE, resume_limit
+
+            try:
+                namespace.flow.resume_percent = resume_limit(self._lookup(RESUME_LIMIT_VARIABLE))
+            except ValueError as exc:
+                raise ConfigurationError(f"{self.label}: {exc}") from None
         store = getattr(self.parent, "store", None)
         journal_factory = getattr(store, "message_journal", None)
         if journal_factory is not None and hasattr(namespace, "journal"):
