@@ -22,7 +22,7 @@ class Recorder:
 
 
 def _publish(ns: Namespace, publisher: Recorder, queue: str, body: bytes = b"x") -> None:
-    message = Message(exchange="", routing_key=queue, body=body)
+    message = Message(exchange="", routing_key=queue, body=body, arrival=ns.clock())
     queues = ns.route("", message)
     for q in queues:
         assert q.enqueue(message)

@@ -106,7 +106,7 @@ def test_a_0_9_1_client_over_the_limit_gets_connection_close_530() -> None:
     client.send(0, m.ConnectionOpen(virtual_host="/"))
     close = client.expect(m.ConnectionClose, 0)
     assert close.reply_code == 530
-    assert close.reply_text == "connection refused: port 'amqp' has reached its maxOpenConnections of 1"
+    assert close.reply_text == "NOT_ALLOWED - connection refused: port 'amqp' has reached its maxOpenConnections of 1"
 
 
 def test_a_1_0_client_over_the_limit_gets_open_then_close_with_resource_limit_exceeded() -> None:
