@@ -128,8 +128,8 @@ class QueueFlowControl:
         self.vhost_name = vhost_name
         #: percent of each maximum at or below which an overfull queue is underfull again
         self.resume_percent = resume_percent
-        #: the queues with the policy (empty: publishers need not call :meth:`published`)
-        self.watched: set[Queue] = set()
+        #: the queues with the policy, and their maximums (messages, bytes; None: none)
+        self.watched: dict[Queue, tuple[int | None, int | None]] = {}
         #: overfull queue -> the publishers it blocks
         self.overfull: dict[Queue, set[PublisherFlow]] = {}
         #: times a queue became overfull / a publisher was blocked, since start
@@ -142,11 +142,11 @@ class QueueFlowControl:
     def queue_added(self, queue: Queue) -> None:
         settings = queue.settings
         if settings.overflow == PRODUCER_FLOW_CONTROL and settings.limited:
-            self.watched.add(queue)
+            self.watched[queue] = (settings.max_length, settings.max_length_bytes)
 
     def queue_deleted(self, queue: Queue) -> None:
         """A deleted queue blocks no one any more."""
-        self.watched.discard(queue)
+        self.watched.pop(queue, None)
         publishers = self.overfull.pop(queue, None)
         if publishers is not None:
             log.info("queue '%s' in vhost '%s' deleted while overfull: %d publishers released",
@@ -168,11 +168,15 @@ class QueueFlowControl:
         if not watched:
             return
         for queue in queues:
-            if queue not in watched:
+            maximums = watched.get(queue)
+            if maximums is None:
                 continue
             blocked = self.overfull.get(queue)
             if blocked is None:
-                if not _over_maximum(queue):
+                max_messages, max_bytes = maximums
+                if not ((max_messages is not None and queue.message_count + queue.unacked_count
+                         + queue.held_count > max_messages)
+                        or (max_bytes is not None and queue.message_bytes + queue.unacked_bytes > max_bytes)):
                     continue
                 blocked = self.overfull[queue] = set()
                 self.overfull_count += 1
@@ -220,13 +224,6 @@ def depth(queue: Queue) -> tuple[int, int]:
     """(messages, body bytes) ``queue`` holds for consumers, as flow control counts them."""
     return (queue.message_count + queue.unacked_count + queue.held_count,
             queue.message_bytes + queue.unacked_bytes)
-
-
-def _over_maximum(queue: Queue) -> bool:
-    settings = queue.settings
-    messages, size = depth(queue)
-    return ((settings.max_length is not None and messages > settings.max_length)
-            or (settings.max_length_bytes is not None and size > settings.max_length_bytes))
 
 
 def _depth_text(queue: Queue) -> str:
