@@ -32,8 +32,11 @@ it returns at once.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
+
+from broker.messaging.publish_rate import PublishRates
 
 if TYPE_CHECKING:
     from broker.messaging.queue import Queue
@@ -74,19 +77,26 @@ class PublisherFlow:
     changed; the engine then blocks or releases what it publishes through.
     """
 
-    __slots__ = ("alarm", "queues", "_on_change", "_control")
+    __slots__ = ("alarm", "queues", "throttled", "_on_change", "_control")
 
     def __init__(self, on_change: Callable[[], None] = lambda: None) -> None:
         #: why a resource alarm blocks publishers ("low on memory"), "" when none does
         self.alarm = ""
         #: the overfull queues this publisher fed, in the order they blocked it
         self.queues: dict[Queue, None] = {}
+        #: held back by a publish rate limit (:mod:`broker.messaging.publish_rate`)
+        self.throttled = False
         self._on_change = on_change
         self._control: QueueFlowControl | None = None
 
     @property
     def blocked(self) -> bool:
-        return bool(self.alarm or self.queues)
+        return bool(self.alarm or self.queues or self.throttled)
+
+    @property
+    def held(self) -> bool:
+        """Blocked by what this virtual host decides (overfull queues, rate limits), not an alarm."""
+        return bool(self.queues or self.throttled)
 
     @property
     def reason(self) -> str:
@@ -96,6 +106,8 @@ class PublisherFlow:
             names = ", ".join(f"'{queue.name}'" for queue in self.queues)
             parts.append(f"queue {names} overfull" if len(self.queues) == 1
                          else f"queues {names} overfull")
+        if self.throttled:
+            parts.append("publish rate limit")
         return "; ".join(parts)
 
     def set_alarm(self, reason: str) -> None:
@@ -110,9 +122,13 @@ class PublisherFlow:
         if control is not None:
             control.forget(self)
         self.queues.clear()
+        self.throttled = False
+
+    def _throttle(self, on: bool) -> None:
+        self.throttled = on
+        self._on_change()
 
     def _block(self, queue: Queue, control: QueueFlowControl) -> None:
-        self._control = control
         self.queues[queue] = None
         self._on_change()
 
@@ -124,7 +140,8 @@ class PublisherFlow:
 class QueueFlowControl:
     """One virtual host's queues with the producer-flow-control policy, and whom they block."""
 
-    def __init__(self, vhost_name: str = "", resume_percent: float = DEFAULT_RESUME_LIMIT) -> None:
+    def __init__(self, vhost_name: str = "", resume_percent: float = DEFAULT_RESUME_LIMIT,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.vhost_name = vhost_name
         #: percent of each maximum at or below which an overfull queue is underfull again
         self.resume_percent = resume_percent
@@ -136,6 +153,8 @@ class QueueFlowControl:
         self.overfull_count = 0
         self.blocked_count = 0
         self._recheck_at = 0.0
+        #: the publish rate limits (:mod:`broker.messaging.publish_rate`)
+        self.rates = PublishRates(clock)
 
     # -- the queues ---------------------------------------------------------------------
 
@@ -163,7 +182,11 @@ class QueueFlowControl:
     # -- publishing ---------------------------------------------------------------------
 
     def published(self, publisher: PublisherFlow, queues: Iterable[Queue]) -> None:
-        """``publisher`` routed a message to ``queues``: block it on each that is overfull."""
+        """``publisher`` routed a message to ``queues``: block it on each that is overfull
+        (and throttle it when it is over a publish rate limit)."""
+        publisher._control = self
+        if self.rates.active:
+            self.rates.charge(publisher)
         watched = self.watched
         if not watched:
             return
@@ -190,8 +213,12 @@ class QueueFlowControl:
 
     @property
     def next_recheck(self) -> float | None:
-        """When :meth:`recheck` is due (clock seconds); None while no queue is overfull."""
-        return self._recheck_at if self.overfull else None
+        """When :meth:`recheck` is due (clock seconds); None while no queue is overfull and
+        no publisher is throttled."""
+        release = self.rates.next_release
+        if not self.overfull:
+            return release
+        return self._recheck_at if release is None else min(self._recheck_at, release)
 
     def recheck(self, now: float = 0.0) -> None:
         """Release the publishers of every overfull queue that is back at its resume limit.
@@ -199,6 +226,7 @@ class QueueFlowControl:
         ``now``: the clock's time (the next recheck is due :data:`RECHECK_INTERVAL` later).
         """
         self._recheck_at = now + RECHECK_INTERVAL
+        self.rates.release_due(now)
         for queue in [q for q in self.overfull if q.deleted or self._underfull(q)]:
             publishers = self.overfull.pop(queue)
             if not queue.deleted:
@@ -209,6 +237,7 @@ class QueueFlowControl:
                 publisher._release(queue)
 
     def forget(self, publisher: PublisherFlow) -> None:
+        self.rates.forget(publisher)
         for blocked in self.overfull.values():
             blocked.discard(publisher)
 

@@ -153,7 +153,7 @@ class Namespace(Routing):
         #: AMQP 1.0 links and their termini (the virtual host gives it its store on open)
         self.links = LinkRegistry(self, wall_clock=wall_clock)
         #: queues with producer flow control and the publishers they block
-        self.flow = QueueFlowControl(vhost_name)
+        self.flow = QueueFlowControl(vhost_name, clock=clock)
 
     @property
     def queues(self) -> Mapping[str, Queue]:

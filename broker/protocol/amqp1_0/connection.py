@@ -197,7 +197,7 @@ class AmqpConnection10(OutputQueue):
         reasons = [self._alarm] if self.blocked else []
         for session in self.sessions.values():
             reasons += [flow.reason for link in session.links.values()
-                        if (flow := getattr(link, "publisher_flow", None)) is not None and flow.queues]
+                        if (flow := getattr(link, "publisher_flow", None)) is not None and flow.held]
         return "; ".join(dict.fromkeys(reasons))
 
     def set_blocked(self, blocked: bool, reason: str) -> None:

@@ -378,7 +378,7 @@ class ReceivingLink(LinkEndpoint10):
 
     def _renew_credit(self) -> None:
         if self.credit <= LINK_CREDIT // 2 and not self.connection.blocked \
-                and not self.publisher_flow.queues and not self.detached:
+                and not self.publisher_flow.held and not self.detached:
             self.credit = LINK_CREDIT
             self.send_flow()
 
@@ -386,9 +386,9 @@ class ReceivingLink(LinkEndpoint10):
         self._renew_credit()
 
     def _flow_changed(self) -> None:
-        """An overfull queue this link fed blocks it: its credit goes to 0 now (what the
-        peer sent before it heard is still taken); released, it gets credit again."""
-        if self.publisher_flow.queues:
+        """An overfull queue this link fed, or a publish rate limit, blocks it: its credit goes
+        to 0 now (what the peer sent before it heard is still taken); released, it gets credit again."""
+        if self.publisher_flow.held:
             if self.credit > 0 and not self.detached:
                 self._revoked += self.credit
                 self.credit = 0

@@ -44,10 +44,15 @@ def test_the_queue_view_shows_the_policy_its_maximums_and_whether_it_blocks(tmp_
     assert flow.attributes()["queueFlowStopped"] is True and flow.attributes()["blockedPublishers"] == 1
 
 
-def test_the_resume_limit_comes_from_the_virtual_host_context(tmp_path: Path) -> None:
-    vhost = _system(tmp_path, node_context={"queue.queueFlowResumeLimit": "55"}).broker.find_virtual_host("node")
+def test_the_resume_limit_and_rate_limits_come_from_the_virtual_host_context(tmp_path: Path) -> None:
+    vhost = _system(tmp_path, {"deltamq.publish_rate_limit_per_virtual_host": "5000"},
+                    node_context={"queue.queueFlowResumeLimit": "55",
+                                  "deltamq.publish_rate_limit_per_connection": "200"}
+                    ).broker.find_virtual_host("node")
     assert vhost is not None and vhost.namespace is not None
-    assert vhost.namespace.flow.resume_percent == 55.0
+    flow = vhost.namespace.flow
+    assert flow.resume_percent == 55.0
+    assert (flow.rates.per_publisher, flow.rates.per_virtual_host) == (200.0, 5000.0)
 
 
 def test_channel_and_frame_bounds_come_from_context(tmp_path: Path) -> None:

@@ -150,3 +150,20 @@ def test_closing_the_connection_releases_its_place_in_the_queue(host: FakeHost) 
     fast.send(0, m.ConnectionClose(reply_code=200))
     fast.expect(m.ConnectionCloseOk, 0)
     assert host.namespace.flow.blocked_publishers(queue) == 0
+
+
+def test_a_publisher_over_its_rate_limit_is_blocked_then_released_in_time(host: FakeHost) -> None:
+    host.namespace.flow.rates.set_limits(3, None)
+    fast = _client(host)
+    fast.send(1, m.QueueDeclare(queue="q"))
+    fast.expect(m.QueueDeclareOk)
+    for n in range(4):
+        fast.publish(1, "", "q", bytes([n]))
+    assert fast.expect(m.ConnectionBlocked, 0).reason == "publish rate limit"
+    fast.publish(1, "", "q", b"held")
+    deadline = host.namespace.next_deadline()
+    assert deadline is not None
+    host.clock.now = deadline
+    host.namespace.run_due(host.clock.now)
+    fast.expect(m.ConnectionUnblocked, 0)
+    assert host.namespace.queue("q").message_count == 5 and fast.take() == []

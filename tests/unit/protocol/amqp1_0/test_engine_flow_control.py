@@ -88,3 +88,21 @@ def test_detaching_a_blocked_link_releases_it() -> None:
     assert client.host.namespace.flow.blocked_publishers(queue) == 1
     client.send(Detach(handle=0, closed=True))
     assert client.host.namespace.flow.blocked_publishers(queue) == 0
+
+
+def test_a_link_over_its_rate_limit_loses_its_credit_until_its_time_comes() -> None:
+    client = _client()
+    namespace = client.host.namespace
+    namespace.flow.rates.set_limits(2, None)
+    for i in range(3):
+        client.transfer(1, i, message_payload(), settled=True)
+    [revoked] = _flows(client, 1)
+    assert revoked.link_credit == 0
+    assert client.server.blocked_reason == "publish rate limit"
+    deadline = namespace.next_deadline()
+    assert deadline is not None
+    client.host.clock.now = deadline
+    namespace.run_due(client.host.clock.now)
+    client._read()
+    [granted] = _flows(client, 1)
+    assert granted.link_credit == LINK_CREDIT
