@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from broker.messaging.publish_rate import PublishRates
+from broker.messaging.publish_rate import PublishRates, context_number
 
 if TYPE_CHECKING:
     from broker.messaging.queue import Queue
@@ -57,17 +57,9 @@ RECHECK_INTERVAL = 0.02
 
 def resume_limit(text: str | None) -> float:
     """The value of :data:`RESUME_LIMIT_VARIABLE` (unset: the default): a percentage 0-100."""
-    if text is None or not text.strip():
-        return DEFAULT_RESUME_LIMIT
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"context variable '{RESUME_LIMIT_VARIABLE}' is {text!r}; expected a"
-                         " percentage from 0 to 100") from None
-    if not 0 <= value <= 100:
-        raise ValueError(f"context variable '{RESUME_LIMIT_VARIABLE}' is {text!r}; expected a"
-                         " percentage from 0 to 100")
-    return value
+    value = context_number(RESUME_LIMIT_VARIABLE, text, "a percentage from 0 to 100",
+                           lambda v: 0 <= v <= 100)
+    return DEFAULT_RESUME_LIMIT if value is None else value
 
 
 class PublisherFlow:

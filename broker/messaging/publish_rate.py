@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from broker.messaging.flow_control import PublisherFlow
 
 __all__ = ["PER_PUBLISHER_VARIABLE", "PER_VIRTUAL_HOST_VARIABLE", "TokenBucket", "PublishRates",
-           "rate_limit"]
+           "rate_limit", "context_number"]
 
 PER_PUBLISHER_VARIABLE = "deltamq.publish_rate_limit_per_connection"
 PER_VIRTUAL_HOST_VARIABLE = "deltamq.publish_rate_limit_per_virtual_host"
@@ -34,21 +34,26 @@ PER_VIRTUAL_HOST_VARIABLE = "deltamq.publish_rate_limit_per_virtual_host"
 RESUME_SHARE = 0.05
 
 
-def rate_limit(variable: str, text: str | None) -> float | None:
-    """A limit's context value in messages per second; None for no limit (unset, -1)."""
+def context_number(variable: str, text: str | None, expected: str,
+                   valid: Callable[[float], bool]) -> float | None:
+    """``variable``'s value ``text`` as a number ``valid`` accepts (None: unset); else a
+    ValueError saying what was ``expected``."""
     if text is None or not text.strip():
         return None
     try:
         value = float(text)
     except ValueError:
-        raise ValueError(f"context variable '{variable}' is {text!r}; expected messages per"
-                         " second, or -1 for no limit") from None
-    if value == -1:
-        return None
-    if value <= 0:
-        raise ValueError(f"context variable '{variable}' is {text!r}; expected messages per"
-                         " second above 0, or -1 for no limit")
+        value = float("nan")
+    if not valid(value):
+        raise ValueError(f"context variable '{variable}' is {text!r}; expected {expected}")
     return value
+
+
+def rate_limit(variable: str, text: str | None) -> float | None:
+    """A limit's context value in messages per second; None for no limit (unset, -1)."""
+    value = context_number(variable, text, "messages per second above 0, or -1 for no limit",
+                           lambda v: v == -1 or v > 0)
+    return None if value == -1 else value
 
 
 class TokenBucket:
