@@ -11,6 +11,7 @@ protocol's own error.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -212,3 +213,25 @@ def test_channel_max_and_frame_max_come_from_context_and_bound_every_protocol() 
         transport = connection.conn.transport
         assert (transport.remote_channel_max, transport.remote_max_frame_size) == (8, 8192)
         connection.close()
+
+
+def test_a_publisher_over_the_rate_limit_is_held_back_and_loses_nothing() -> None:
+    process = DeltaMQProcess()
+    process.command += ["-D", "deltamq.publish_rate_limit_per_connection=50"]
+    with process:
+        publisher = Publisher(process)
+        publisher.channel.queue_declare("paced")
+        sent = [f"p{n}".encode() for n in range(150)]       # a second's burst, then 50 a second
+        started = time.monotonic()
+        for body in sent:
+            publisher.channel.basic_publish("", "paced", body)
+        publisher.wait_for("blocked: publish rate limit")
+        channel = publisher.connection.channel()
+
+        def arrived() -> bool:
+            return channel.queue_declare("paced", passive=True).method.message_count == len(sent)
+        publisher.wait_for("unblocked", timeout=20, meanwhile=arrived)
+        assert time.monotonic() - started >= 1.5           # 100 past the burst, at 50 a second
+        received = [channel.basic_get("paced", auto_ack=True)[2] for _ in sent]
+        assert received == sent
+        publisher.connection.close()
