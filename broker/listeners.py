@@ -134,7 +134,6 @@ class AmqpListener:
         return len(self.registry.connections)
 
     def reconfigure(self) -> None:
-        self.registry.max_connections = int(self.port.max_open_connections)
         self.registry.layers = port_layers(self.port)
         try:
             self.registry.limits = HandshakeLimits.resolved(self.port.resolve)
@@ -280,8 +279,7 @@ class Listeners:
     def _listen_amqp(self, port: Port) -> AmqpListener:
         limits = HandshakeLimits.resolved(port.resolve)
         sockets = bind_sockets(port.local_host, int(port.port))
-        registry = ConnectionRegistry(max_connections=int(port.max_open_connections),
-                                      limits=limits, opening=self.opening,
+        registry = ConnectionRegistry(limits=limits, opening=self.opening,
                                       layers=port_layers(port))
         listener = AmqpListener(port, sockets, self.amqp_protocols(port, registry), registry)
         self._amqp.append(listener)

@@ -38,6 +38,7 @@ from broker.protocol.detect import AmqpVersion
 from broker.protocol.engine import ENGINES, Engine
 from broker.resource_alarms import CHECK_INTERVAL, ResourceAlarms
 from broker.security import external, scram_login
+from broker.transport.connection_limits import per_user_limit
 from broker.transport.tcp import AmqpProtocol, ConnectionRegistry
 from broker.transport.tls import TlsSession, tls_session
 
@@ -68,10 +69,6 @@ class BrokerHost:
         self.broker = broker
         self.port = port
         self.alarms = alarms
-        self.frame_max = int(broker.max_frame_size)
-        self.channel_max = int(broker.max_channels)
-        self.heartbeat = int(broker.heartbeat_delay)
-        self.max_message_size = int(broker.max_message_size)
         #: the TLS session of one connection (None: plain TCP, or the port's own host)
         self.tls: TlsSession | None = None
 
@@ -83,6 +80,23 @@ class BrokerHost:
         host = copy.copy(self)
         host.tls = session
         return host
+
+    # the Broker's attributes as they are now: a change applies to the next connection
+    @property
+    def frame_max(self) -> int:
+        return int(self.broker.max_frame_size)
+
+    @property
+    def channel_max(self) -> int:
+        return int(self.broker.max_channels)
+
+    @property
+    def heartbeat(self) -> int:
+        return int(self.broker.heartbeat_delay)
+
+    @property
+    def max_message_size(self) -> int:
+        return int(self.broker.max_message_size)
 
     @property
     def provider(self) -> Any:
@@ -112,6 +126,8 @@ class BrokerHost:
         return self.provider.authenticate_anonymous(remote_host)
 
     def open_virtual_host(self, name: str, principal: Any) -> Any:
+        self.broker.connection_limits.admit(self.port.name, int(self.port.max_open_connections),
+                                            principal.name, per_user_limit(self.port.resolve))
         vhost = self.broker.find_virtual_host(name)
         if vhost is None:
             # RabbitMQ answers an unknown vhost with 530 NOT_ALLOWED
@@ -137,6 +153,8 @@ class BrokerHost:
     def connection_opened(self, connection: Any) -> None:
         """Make the connection a runtime child of its port, associated with the virtual
         host it opened (visible to management)."""
+        self.broker.connection_limits.opened(connection, self.port.name,
+                                             getattr(connection.principal, "name", ""))
         vhost = self.broker.find_virtual_host(connection.virtual_host_name)
         if vhost is None:
             return
@@ -153,8 +171,10 @@ class BrokerHost:
             client_product=_text(props.get("product", "")),
             client_version=_text(props.get("version", "")),
             closer=lambda reason: connection.close(errors.ConnectionForced(reason)))
+        connection.model.blocked_reason_source = lambda: str(getattr(connection, "blocked_reason", ""))
 
     def connection_closed(self, connection: Any) -> None:
+        self.broker.connection_limits.closed(connection)
         model = getattr(connection, "model", None)
         if model is not None:
             model.unregister()

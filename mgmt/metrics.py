@@ -106,6 +106,7 @@ NAMES: dict[tuple[str, str], Name | None] = {
     ("Queue", "bytesIn"): Name("deltamq_queue_published_bytes"),
     ("Queue", "messagesOut"): Name("deltamq_queue_messages_delivered"),
     ("Queue", "bytesOut"): Name("deltamq_queue_delivered_bytes"),
+    ("Queue", "queueFlowStopped"): Name("deltamq_queue_flow_stopped"),   # producer flow control
     ("Port", "connectionCount"): Name("deltamq_port_connections"),
 }
 

@@ -33,7 +33,7 @@ __all__ = ["QueueSettings", "queue_settings", "alternate_exchange_of", "required
            "describe_value", "EQUIVALENCE_CHECKED_QUEUE_ARGS", "EQUIVALENCE_CHECKED_EXCHANGE_ARGS",
            "inequivalent_argument", "DEFAULT_LVQ_KEY", "MAX_SUPPORTED_PRIORITY"]
 
-Overflow = Literal["drop-head", "reject-publish", "reject-publish-dlx"]
+Overflow = Literal["drop-head", "reject-publish", "reject-publish-dlx", "producer-flow-control"]
 QueueKind = Literal["standard", "priority", "lvq", "sorted"]
 
 #: RabbitMQ's ceiling for x-max-priority (rabbit_amqqueue ?MAX_SUPPORTED_PRIORITY).
@@ -44,9 +44,11 @@ DEFAULT_LVQ_KEY: Final = "qpid.LVQ_key"
 _LVQ_KEY_NAMES: Final = ("x-last-value-key", "x-qpid-last-value-queue-key", "qpid.last_value_queue_key",
                          "lvqKey")
 _OVERFLOWS: Final[tuple[Overflow, ...]] = ("drop-head", "reject-publish", "reject-publish-dlx")
-# Broker-J's qpid.policy_type (OverflowPolicy names); "none" switches limits off.
+# Broker-J's qpid.policy_type (OverflowPolicy names); "none" switches limits off;
+# producer flow control blocks publishers instead (broker.messaging.flow_control).
 _QPID_POLICIES: Final[dict[str, Overflow | None]] = {
-    "ring": "drop-head", "reject": "reject-publish", "none": None}
+    "ring": "drop-head", "reject": "reject-publish", "none": None,
+    "producer_flow_control": "producer-flow-control"}
 
 #: RabbitMQ's spelling of an exchange's alternate: it may be declared later and
 #: deleted while named (RabbitMQ checks neither).

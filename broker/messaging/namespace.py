@@ -44,6 +44,7 @@ from broker.messaging.arguments import (
     UnknownArguments, describe_value, inequivalent_argument, queue_settings, required_alternate_of,
     unknown_arguments)
 from broker.messaging.exchange import EXCHANGE_TYPES, Binding, DirectExchange, Exchange
+from broker.messaging.flow_control import QueueFlowControl
 from broker.messaging.journal import MessageJournal
 from broker.messaging.last_value_queue import LastValueQueue
 from broker.messaging.leases import Leases
@@ -151,6 +152,8 @@ class Namespace(Routing):
             self._exchanges[name] = EXCHANGE_TYPES[kind](name, vhost=vhost_name, durable=True)
         #: AMQP 1.0 links and their termini (the virtual host gives it its store on open)
         self.links = LinkRegistry(self, wall_clock=wall_clock)
+        #: queues with producer flow control and the publishers they block
+        self.flow = QueueFlowControl(vhost_name, clock=clock)
 
     @property
     def queues(self) -> Mapping[str, Queue]:
@@ -362,6 +365,7 @@ class Namespace(Routing):
         self._queues[queue.name] = queue
         if queue.timed:
             self._timed.add(queue)
+        self.flow.queue_added(queue)
         self._created(queue)
 
     def _check_queue_equivalence(self, queue: Queue, durable: bool, auto_delete: bool,
@@ -396,6 +400,7 @@ class Namespace(Routing):
         self._store_deleted(queue, refuse)
         del self._queues[queue.name]
         self._timed.discard(queue)
+        self.flow.queue_deleted(queue)
         for binding in list(queue.bindings):
             self._remove_binding(binding)
         count = queue.delete()
@@ -511,6 +516,9 @@ class Namespace(Routing):
             deadline = queue.next_deadline()
             if deadline is not None and (earliest is None or deadline < earliest):
                 earliest = deadline
+        recheck = self.flow.next_recheck                # while a queue is overfull
+        if recheck is not None and (earliest is None or recheck < earliest):
+            earliest = recheck
         return earliest
 
     def run_due(self, now: float) -> None:
@@ -518,6 +526,7 @@ class Namespace(Routing):
         leases, remove expired AMQP 1.0 link termini."""
         self.leases.run_due(now)
         self.links.run_due(now)
+        self.flow.recheck(now)
         for queue in list(self._timed):
             if queue.deleted:
                 self._timed.discard(queue)

@@ -107,7 +107,8 @@ class Queue(ConsumerDispatch, ArrivalHold, RunTaking):
         self._deleted = False
         self._ttl = None if settings.message_ttl is None else settings.message_ttl / 1000.0
         self._timed = self._ttl is not None or settings.expires is not None
-        self._limited = settings.limited
+        # producer flow control neither refuses nor drops: broker.messaging.flow_control
+        self._limited = settings.limited and settings.overflow != "producer-flow-control"
         self._last_used = clock()
         self._fresh: deque[Message] = deque()
         self._returned: list[QueueEntry] = []

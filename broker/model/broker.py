@@ -16,6 +16,7 @@ from broker.resource_alarms import resident_memory
 from broker.security.access_control import AccessControl
 from broker.security.throttle import CONTEXT_DEFAULTS as THROTTLE_DEFAULTS
 from broker.security.throttle import LoginThrottle, ThrottleSettings
+from broker.transport.connection_limits import ConnectionLimits
 
 if TYPE_CHECKING:
     from broker.model.authentication import AuthenticationProvider
@@ -45,10 +46,14 @@ class Broker(ConfiguredObject):
         int, name="connection.heartbeatDelay", default=60,
         description="Heartbeat interval in seconds offered to clients (0: none)")
     max_frame_size = attribute(
-        int, default=131072,
-        description="Largest frame, in bytes, the broker offers and accepts")
+        int, default="${deltamq.frame_max}",
+        description="Largest frame, in bytes, the broker offers and accepts (0-9-1 tune"
+                    " frame-max, 1.0 open max-frame-size); clients may negotiate it down;"
+                    " default 131072")
     max_channels = attribute(
-        int, default=2047, description="Most channels (sessions) per connection")
+        int, default="${deltamq.channel_max}",
+        description="Most channels (sessions) per connection (0-9-1 tune channel-max, 1.0"
+                    " open channel-max); clients may negotiate it down; default 2047")
     max_message_size = attribute(
         int, default=104857600,
         description="Largest message body in bytes; larger ones are refused")
@@ -74,6 +79,8 @@ class Broker(ConfiguredObject):
         self.resource_alarms: ResourceAlarms | None = None
         #: failed logins of every provider and port (settings from context on open)
         self.login_throttle = LoginThrottle()
+        #: open connections per port and per user, and the refusals past their limits
+        self.connection_limits = ConnectionLimits()
         #: how late the event loop runs its timers (started by the server)
         self.loop_lag = LoopLag()
         #: the ACL decisions (broker.model.access_control hands it the rules in force)
@@ -162,6 +169,17 @@ class Broker(ConfiguredObject):
                                             " management)")
     def access_denials(self) -> int:
         return self.access_control.denials
+
+    @derived(int, counter=True, description="Connections refused at open: their port had"
+                                            " maxOpenConnections open, or their user"
+                                            " deltamq.connection_limit_per_user")
+    def connections_refused(self) -> int:
+        return self.connection_limits.refused_total
+
+    @derived(dict, description="Open connections per user, on every port (what the connection"
+                               " limit per user counts)")
+    def connections_per_user(self) -> dict[str, int]:
+        return dict(self.connection_limits.by_user)
 
     @derived(float, statistic=True,
              description="The longest the event loop was kept from running since the broker"

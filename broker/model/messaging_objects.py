@@ -43,6 +43,10 @@ PERMANENT = "PERMANENT"
 DELETE_ON_NO_OUTBOUND_LINKS = "DELETE_ON_NO_OUTBOUND_LINKS"
 DELETE_ON_CONNECTION_CLOSE = "DELETE_ON_CONNECTION_CLOSE"
 
+#: the overflow policy of queue settings -> Broker-J's OverflowPolicy name
+_OVERFLOW_POLICIES = {"drop-head": "RING", "reject-publish": "REJECT", "reject-publish-dlx": "REJECT",
+                      "producer-flow-control": "PRODUCER_FLOW_CONTROL"}
+
 _SELECTOR_PARAMETER = ("A JMS message selector: only the messages it matches (with messageIds:"
                        " those of them it matches)")
 
@@ -292,6 +296,41 @@ class Queue(NamespaceObject):
     @derived(int, counter=True, description="Body bytes delivered")
     def bytes_out(self) -> int:
         return int(getattr(self.live, "delivered_bytes", 0))
+
+    @derived(str, description="What a full queue does (Broker-J's names): NONE (no maximum),"
+                              " RING (drops the oldest), REJECT (refuses the publish),"
+                              " PRODUCER_FLOW_CONTROL (blocks the publishers feeding it)")
+    def overflow_policy(self) -> str:
+        settings = getattr(self.live, "settings", None)
+        if settings is None or not settings.limited:
+            return "NONE"
+        return _OVERFLOW_POLICIES.get(settings.overflow, "NONE")
+
+    @derived(int, description="Messages the queue may hold before its overflow policy acts;"
+                              " -1: no maximum")
+    def maximum_queue_depth_messages(self) -> int:
+        settings = getattr(self.live, "settings", None)
+        found = settings.max_length if settings is not None else None
+        return -1 if found is None else int(found)
+
+    @derived(int, description="Body bytes the queue may hold before its overflow policy acts;"
+                              " -1: no maximum")
+    def maximum_queue_depth_bytes(self) -> int:
+        settings = getattr(self.live, "settings", None)
+        found = settings.max_length_bytes if settings is not None else None
+        return -1 if found is None else int(found)
+
+    @derived(bool, statistic=True, description="True while the queue is overfull and blocks the"
+                                                " publishers feeding it (PRODUCER_FLOW_CONTROL)")
+    def queue_flow_stopped(self) -> bool:
+        live = self.live
+        return live is not None and self.namespace.flow.is_overfull(live)
+
+    @derived(int, statistic=True, description="Publishers (0-9-1 connections, 1.0 links) the"
+                                               " overfull queue blocks now")
+    def blocked_publishers(self) -> int:
+        live = self.live
+        return self.namespace.flow.blocked_publishers(live) if live is not None else 0
 
     def delete_live(self, live: LiveQueue) -> None:
         self.namespace.delete_queue(live.name, owner=live.exclusive_owner)

@@ -143,6 +143,13 @@ class Port(ConfiguredObject):
             return self._listener.connection_count
         return self._open_connections
 
+    @derived(int, counter=True, description="Connections refused at open on this port:"
+                                            " maxOpenConnections reached, or their user's"
+                                            " connection limit (deltamq.connection_limit_per_user)")
+    def connections_refused(self) -> int:
+        limits = getattr(self.parent, "connection_limits", None)
+        return int(limits.refused[self.name]) if limits is not None else 0
+
     @derived(int, description="TCP port number the port listens on now (the one the system"
                               " chose for port 0); -1 when it does not listen")
     def bound_port(self) -> int:

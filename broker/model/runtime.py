@@ -157,6 +157,8 @@ class Connection(EngineObject):
         self.closer: Callable[[str], None] | None = None
         #: the virtual host's association this connection is counted in
         self.association: VirtualHostConnections | None = None
+        #: why the engine's publishing is blocked now ("": it is not; None: not told)
+        self.blocked_reason_source: Callable[[], str] | None = None
 
     @property
     def vhost(self) -> ConfiguredObject | None:
@@ -172,6 +174,17 @@ class Connection(EngineObject):
     def virtual_host(self) -> str:
         association = self.association
         return str(association.vhost.name) if association is not None else ""
+
+    @derived(str, description="Why its publishing is blocked now: a resource alarm ('low on"
+                              " memory'), overfull queues it fed ('queue 'q' overfull'); empty"
+                              " when it is not")
+    def blocked_reason(self) -> str:
+        source = self.blocked_reason_source
+        return source() if source is not None else ""
+
+    @derived(bool, statistic=True, description="True while its publishing is blocked")
+    def blocked(self) -> bool:
+        return bool(self.blocked_reason)
 
     @derived(int, statistic=True, description="Sessions (channels) open on this connection")
     def session_count(self) -> int:

@@ -45,6 +45,7 @@ from broker.model.system_store import STORE_PATH_VARIABLE, STORE_TYPE_VARIABLE
 from broker.model.virtualhost import NamespaceFactory, VirtualHostNode
 from broker.resource_alarms import DEFAULT_DISK_FREE_LIMIT
 from broker.security.throttle import CONTEXT_DEFAULTS as THROTTLE_DEFAULTS
+from broker.transport.connection_limits import CONTEXT_DEFAULTS as CONNECTION_LIMIT_DEFAULTS
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,9 @@ BUILTIN_CONTEXT: dict[str, str | Callable[[], str]] = {
     "deltamq.http_port": "8080",
     "deltamq.memory_high_watermark": default_memory_high_watermark,
     "deltamq.disk_free_limit": str(DEFAULT_DISK_FREE_LIMIT),
+    # the Broker's maxFrameSize and maxChannels: what connections negotiate down from
+    "deltamq.frame_max": "131072",
+    "deltamq.channel_max": "2047",
     # seconds and counts of broker.transport.handshake
     "deltamq.connection_open_timeout": "10",
     "deltamq.max_opening_connections_per_address": "100",
@@ -68,6 +72,7 @@ BUILTIN_CONTEXT: dict[str, str | Callable[[], str]] = {
     STORE_TYPE_VARIABLE: system_store.DEFAULT_STORE_TYPE,
     STORE_PATH_VARIABLE: system_store.DEFAULT_STORE_PATH,
     **THROTTLE_DEFAULTS,
+    **CONNECTION_LIMIT_DEFAULTS,
 }
 
 

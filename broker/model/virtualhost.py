@@ -210,6 +210,17 @@ class VirtualHost(ConfiguredObject):
                 namespace.unknown_arguments = unknown_argument_behaviour(self._lookup(UNKNOWN_ARGUMENTS_VARIABLE))
             except ValueError as exc:
                 raise ConfigurationError(f"{self.label}: {exc}") from None
+        if hasattr(namespace, "flow"):
+            from broker.messaging.flow_control import RESUME_LIMIT_VARIABLE, resume_limit
+            from broker.messaging.publish_rate import PER_PUBLISHER_VARIABLE, PER_VIRTUAL_HOST_VARIABLE, rate_limit
+
+            try:
+                namespace.flow.resume_percent = resume_limit(self._lookup(RESUME_LIMIT_VARIABLE))
+                namespace.flow.rates.set_limits(
+                    rate_limit(PER_PUBLISHER_VARIABLE, self._lookup(PER_PUBLISHER_VARIABLE)),
+                    rate_limit(PER_VIRTUAL_HOST_VARIABLE, self._lookup(PER_VIRTUAL_HOST_VARIABLE)))
+            except ValueError as exc:
+                raise ConfigurationError(f"{self.label}: {exc}") from None
         store = getattr(self.parent, "store", None)
         journal_factory = getattr(store, "message_journal", None)
         if journal_factory is not None and hasattr(namespace, "journal"):

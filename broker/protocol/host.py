@@ -25,10 +25,21 @@ class Principal(Protocol):
 class ProtocolHost(Protocol):
     product: str
     version: str
-    frame_max: int              # largest frame the broker accepts/offers (bytes)
-    channel_max: int
-    heartbeat: int              # seconds offered in connection.tune (0 = off)
-    max_message_size: int       # bytes; larger bodies are refused with 406
+
+    @property
+    def frame_max(self) -> int:
+        """The largest frame the broker accepts/offers (bytes)."""
+
+    @property
+    def channel_max(self) -> int: ...
+
+    @property
+    def heartbeat(self) -> int:
+        """Seconds offered in connection.tune (0 = off)."""
+
+    @property
+    def max_message_size(self) -> int:
+        """Bytes; larger bodies are refused with 406."""
 
     def sasl_mechanisms(self, remote_host: str) -> list[str]: ...
 

@@ -64,7 +64,6 @@ class ConnectionRegistry:
     """The live connections of a port (to close them all, to count them, to block them)."""
 
     connections: set[AmqpProtocol] = field(default_factory=set)
-    max_connections: int = -1
     limits: HandshakeLimits = field(default_factory=HandshakeLimits)
     #: shared by every port of the broker: the per-address limit is the broker's
     opening: OpeningConnections = field(default_factory=OpeningConnections)
@@ -175,11 +174,6 @@ class AmqpProtocol(asyncio.Protocol):
                 log.info("refusing protocol header %r from %s", detector.header, host)
                 self._lingering = True    # what still comes is dropped
             self._flush()                 # what the layers have to say (the preferred header)
-            return False
-        if 0 <= self.registry.max_connections <= len(self.registry.connections):
-            log.warning("refusing connection from %s: maxOpenConnections reached", host)
-            self._lingering = True
-            self.transport.close()
             return False
         if self._chain.transparent:
             self._chain = None            # detection was the only layer: bypass it from now on

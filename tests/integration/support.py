@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -316,3 +316,29 @@ def tmpfs(size: str, prefix: str) -> Iterator[Path]:
     finally:
         subprocess.run(["umount", str(where)], check=False)
         shutil.rmtree(where, ignore_errors=True)
+
+
+class Publisher:
+    """A pika connection (to ``proc``'s AMQP port) that notes connection.blocked and
+    connection.unblocked; ``name`` is its connection_name, management's ``clientId``."""
+
+    def __init__(self, proc: Any, name: str = "") -> None:
+        import pika
+
+        properties = {"connection_name": name} if name else None
+        self.connection = pika.BlockingConnection(pika.ConnectionParameters(
+            "127.0.0.1", proc.amqp_port, client_properties=properties))
+        self.events: list[str] = []
+        self.connection.add_on_connection_blocked_callback(
+            lambda _c, frame: self.events.append(f"blocked: {frame.method.reason}"))
+        self.connection.add_on_connection_unblocked_callback(
+            lambda _c, _frame: self.events.append("unblocked"))
+        self.channel = self.connection.channel()
+
+    def wait_for(self, event: str, timeout: float = 10.0,
+                 meanwhile: Callable[[], bool] = lambda: True) -> None:
+        """Serve the connection until ``event`` was seen and ``meanwhile`` says it is done."""
+        deadline = time.monotonic() + timeout
+        while not (meanwhile() and event in self.events) and time.monotonic() < deadline:
+            self.connection.process_data_events(time_limit=0.1)
+        assert event in self.events, self.events

@@ -11,8 +11,7 @@ as the broker's statistics.
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ import pytest
 from tests.mgmt.conftest import wait_for_http
 
 from .conftest import DeltaMQProcess
-from .support import tmpfs
+from .support import Publisher, tmpfs
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -33,28 +32,6 @@ if os.environ.get("DELTAMQ_TEST_AMQP_URL"):
 WATERMARK = 300_000
 BODY = 10_000
 COUNT = 40                                 # 400 KB of bodies: past the watermark
-
-
-class Publisher:
-    """A pika connection that notes connection.blocked and connection.unblocked."""
-
-    def __init__(self, proc: DeltaMQProcess) -> None:
-        self.connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1",
-                                                                            proc.amqp_port))
-        self.events: list[str] = []
-        self.connection.add_on_connection_blocked_callback(
-            lambda _c, frame: self.events.append(f"blocked: {frame.method.reason}"))
-        self.connection.add_on_connection_unblocked_callback(
-            lambda _c, _frame: self.events.append("unblocked"))
-        self.channel = self.connection.channel()
-
-    def wait_for(self, event: str, timeout: float = 10.0,
-                 meanwhile: Callable[[], bool] = lambda: True) -> None:
-        """Serve the connection until ``event`` was seen and ``meanwhile`` says it is done."""
-        deadline = time.monotonic() + timeout
-        while not (meanwhile() and event in self.events) and time.monotonic() < deadline:
-            self.connection.process_data_events(time_limit=0.1)
-        assert event in self.events, self.events
 
 
 def _statistics(proc: DeltaMQProcess) -> dict[str, Any]:

@@ -255,6 +255,7 @@ class Channel(TxMethods):
             self._confirm(ACK)
             return
         accepted = self.tx.enqueue(message, queues)     # at once, or at tx.commit
+        ns.flow.published(self.connection.publisher_flow, queues)     # producer flow control
         if self.mode is Mode.CONFIRM:
             if not accepted:
                 self._confirm(NACK)

@@ -26,6 +26,7 @@ import uuid
 from typing import Any, Callable
 
 from broker import errors
+from broker.messaging.flow_control import PublisherFlow
 from broker.protocol.detect import AmqpVersion
 from broker.protocol.engine import (Closing, EngineEvent, Finished, IdleTiming, Opened,
                                     OutputQueue, PauseReading, ResumeReading, WorkRequested)
@@ -117,6 +118,8 @@ class AmqpConnection(OutputQueue):
         self.confirms_due: set[Channel] = set()    # channels owing basic.ack for publishes
         self.blocked = False
         self._block_reason = ""
+        #: what blocks this connection's publishing: an alarm, overfull queues it fed
+        self.publisher_flow = PublisherFlow(self._flow_changed)
         self._told_blocked = False
         self._held: list[tuple[int, int, bytes]] = []
         self._held_channels: set[int] = set()
@@ -227,16 +230,29 @@ class AmqpConnection(OutputQueue):
         self._after_input()
 
     def set_blocked(self, blocked: bool, reason: str = "low on memory") -> None:
-        """Resource alarm changed.
+        """Resource alarm changed (what follows: :meth:`_flow_changed`)."""
+        self.publisher_flow.set_alarm(reason if blocked else "")
+
+    @property
+    def blocked_reason(self) -> str:
+        """Why publishing is blocked ("" when it is not), for management."""
+        return self._block_reason if self.blocked else ""
+
+    def _flow_changed(self) -> None:
+        """A resource alarm or an overfull queue (:mod:`broker.messaging.flow_control`)
+        blocks this connection, or no longer does.
 
         As in RabbitMQ, only connections that publish are blocked: one that has
         published hears connection.blocked now, another when it next publishes
         (:meth:`publishing`); unblocked goes to whoever heard blocked.
         """
+        blocked = self.publisher_flow.blocked
         if blocked == self.blocked:
+            if blocked:
+                self._block_reason = self.publisher_flow.reason
             return
         self.blocked = blocked
-        self._block_reason = reason
+        self._block_reason = self.publisher_flow.reason
         if blocked:
             if self.has_published:
                 self._notify_blocked()
@@ -288,8 +304,11 @@ class AmqpConnection(OutputQueue):
         held, self._held, self._held_bytes = self._held, [], 0
         self._reading_changed()
         try:
-            for ftype, channel, payload in held:
+            for index, (ftype, channel, payload) in enumerate(held):
                 if self.state is not State.OPEN and self.state is not State.CLOSING:
+                    break
+                if self._told_blocked:          # what was let through overfilled a queue again
+                    self._hold_again(held[index:])
                     break
                 if channel in self.store_waits:
                     self.store_waits.hold(ftype, channel, payload)
@@ -301,6 +320,12 @@ class AmqpConnection(OutputQueue):
             log.exception("internal error on connection %s", self.id)
             self._connection_error(errors.InternalError(f"internal error: {exc!r}"))
         self._after_input()
+
+    def _hold_again(self, frames: list[tuple[int, int, bytes]]) -> None:
+        self._held.extend(frames)
+        self._held_channels.update(channel for _, channel, _ in frames)
+        self._held_bytes += sum(len(payload) + 8 for _, _, payload in frames)
+        self._reading_changed()
 
     def release_channel(self, number: int) -> None:
         """Channel ``number`` no longer waits for the store: process its held frames, up to its next wait."""
@@ -656,6 +681,7 @@ class AmqpConnection(OutputQueue):
 
     def _teardown(self) -> None:
         was_open = self.state is State.OPEN or self.state is State.CLOSING
+        self.publisher_flow.close()
         for ch in list(self.channels.values()):
             ch.release_all()
         self.channels.clear()

@@ -111,6 +111,7 @@ class AmqpConnection10(OutputQueue):
         #: sessions with incoming deliveries to accept once the input is processed
         self.dispositions_due: set[Session] = set()
         self.blocked = False
+        self._alarm = ""                     # why the alarm blocks publishers
         self.bytes_received = 0
         self.messages_received = 0
         self.messages_sent = 0
@@ -205,10 +206,20 @@ class AmqpConnection10(OutputQueue):
             self.state = State.AWAITING_OPEN
         self.receive_data(b"")                # what the client sent without waiting
 
+    @property
+    def blocked_reason(self) -> str:
+        """Why publishing is blocked: the alarm, the overfull queues links fed ("": it is not)."""
+        reasons = [self._alarm] if self.blocked else []
+        for session in self.sessions.values():
+            reasons += [flow.reason for link in session.links.values()
+                        if (flow := getattr(link, "publisher_flow", None)) is not None and flow.held]
+        return "; ".join(dict.fromkeys(reasons))
+
     def set_blocked(self, blocked: bool, reason: str) -> None:
         if blocked == self.blocked:
             return
         self.blocked = blocked
+        self._alarm = reason
         if not blocked and self.state is State.OPEN:
             for session in list(self.sessions.values()):
                 session.unblocked()

@@ -32,6 +32,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from broker import errors
+from broker.messaging.flow_control import PublisherFlow
 from broker.messaging.link_registry import AttachKind, Attachment, Link, LinkKey
 from broker.messaging.link_terminus import ExpiryPolicy, Terminus, TerminusDurability
 from broker.messaging.selectors import compile_selector
@@ -294,6 +295,9 @@ class ReceivingLink(LinkEndpoint10):
         self._second = False                         # it is settled only after the peer settles
         self.receipts = Receipts(self)               # answers beyond mode first
         self.tx = AutoCommitTransaction()
+        #: the overfull queues this link fed (producer flow control): its credit is taken back
+        self.publisher_flow = PublisherFlow(self._flow_changed)
+        self._revoked = 0                            # transfers the peer may have sent before it knew
 
     def requested_terminus(self) -> Terminus | None:
         return _terminus(self.peer_attach.target)
@@ -336,8 +340,11 @@ class ReceivingLink(LinkEndpoint10):
                 raise ProtocolFault(AmqpErrorCondition.INVALID_FIELD, "first transfer of a delivery without delivery-id",
                                     Scope.LINK, self.handle)
             if self.credit <= 0:
-                raise ProtocolFault(LinkErrorCondition.TRANSFER_LIMIT_EXCEEDED,
-                                    "transfer without link credit", Scope.LINK, self.handle)
+                if self._revoked <= 0:
+                    raise ProtocolFault(LinkErrorCondition.TRANSFER_LIMIT_EXCEEDED,
+                                        "transfer without link credit", Scope.LINK, self.handle)
+                self._revoked -= 1                   # sent on credit taken back meanwhile
+                self.credit += 1
             if self.incomplete_sent and not transfer.resume:
                 raise ProtocolFault(AmqpErrorCondition.ILLEGAL_STATE,
                                     "a new delivery on a link whose unsettled map was incomplete"
@@ -378,12 +385,25 @@ class ReceivingLink(LinkEndpoint10):
         self._renew_credit()
 
     def _renew_credit(self) -> None:
-        if self.credit <= LINK_CREDIT // 2 and not self.connection.blocked and not self.detached:
+        if self.credit <= LINK_CREDIT // 2 and not self.connection.blocked \
+                and not self.publisher_flow.held and not self.detached:
             self.credit = LINK_CREDIT
             self.send_flow()
 
     def unblocked(self) -> None:
         self._renew_credit()
+
+    def _flow_changed(self) -> None:
+        """An overfull queue this link fed, or a publish rate limit, blocks it: its credit goes
+        to 0 now (what the peer sent before it heard is still taken); released, it gets credit again."""
+        if self.publisher_flow.held:
+            if self.credit > 0 and not self.detached:
+                self._revoked += self.credit
+                self.credit = 0
+                self.send_flow()
+        else:
+            self._revoked = 0
+            self._renew_credit()
 
     def _publish(self, delivery_id: int, settled: bool, payload: bytes, state: Any = None) -> None:
         ns = self.namespace
@@ -413,6 +433,7 @@ class ReceivingLink(LinkEndpoint10):
                 condition=AmqpErrorCondition.RESOURCE_LIMIT_EXCEEDED,
                 description="a queue refused the message (it is full)")), txn)
             return
+        ns.flow.published(self.publisher_flow, queues)          # producer flow control
         if txn is not None:                           # enqueued on commit; accepted in the txn now
             self._settle(delivery_id, settled, Accepted(), txn)
             return
@@ -458,6 +479,7 @@ class ReceivingLink(LinkEndpoint10):
     def release(self) -> None:
         self._parts, self._delivery_id = [], None
         self.receipts.clear()                   # the tags stay in the link's map, for its resume
+        self.publisher_flow.close()
 
 
 # -- the client receives --------------------------------------------------------------------------

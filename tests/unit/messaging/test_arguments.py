@@ -100,8 +100,9 @@ def test_broker_j_attribute_names_as_declare_arguments() -> None:
     assert queue_settings({"lvqKey": "k"}).lvq_key == "k" and queue_settings({"sortKey": "s"}).sort_key == "s"
     unlimited = queue_settings({"maximumQueueDepthMessages": -1, "maximumQueueDepthBytes": -1})
     assert unlimited.max_length is None and unlimited.max_length_bytes is None
-    with pytest.raises(PreconditionFailed, match="'overflowPolicy'.*unsupported_policy,producer_flow_control"):
-        queue_settings({"overflowPolicy": "PRODUCER_FLOW_CONTROL"})
+    assert queue_settings({"overflowPolicy": "PRODUCER_FLOW_CONTROL"}).overflow == "producer-flow-control"
+    with pytest.raises(PreconditionFailed, match="'overflowPolicy'.*unsupported_policy,flow_to_disk"):
+        queue_settings({"overflowPolicy": "FLOW_TO_DISK"})
 
 
 def test_required_alternate_and_unknown_arguments() -> None:
