@@ -299,6 +299,18 @@ class AmqpPort(Port):
         if not self.authentication_provider:
             raise ConfigurationError(f"{self.label}: attribute 'authenticationProvider' is"
                                      " mandatory for an AMQP port")
+        self._validate_websocket_transports()
+
+    def _validate_websocket_transports(self) -> None:
+        """WebSocket ports serve WebSocket only (as in Broker-J); wss awaits TLS."""
+        transports = set(self.transports)
+        if Transport.WSS in transports:
+            raise ConfigurationError(f"{self.label}: transport WSS (WebSocket over TLS) is not"
+                                     " available in this release; use WS")
+        if Transport.WS in transports and transports - {Transport.WS}:
+            others = ", ".join(t.name for t in self.transports if t is not Transport.WS)
+            raise ConfigurationError(f"{self.label}: a WebSocket port (transport WS) cannot also"
+                                     f" carry {others}; give WebSocket a port of its own")
 
 
 class HttpPort(Port):

@@ -45,6 +45,7 @@ from broker.model.system_store import STORE_PATH_VARIABLE, STORE_TYPE_VARIABLE
 from broker.model.virtualhost import NamespaceFactory, VirtualHostNode
 from broker.resource_alarms import DEFAULT_DISK_FREE_LIMIT
 from broker.security.throttle import CONTEXT_DEFAULTS as THROTTLE_DEFAULTS
+from broker.transport.websocket import CONTEXT_DEFAULTS as WEBSOCKET_DEFAULTS
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ BUILTIN_CONTEXT: dict[str, str | Callable[[], str]] = {
     STORE_TYPE_VARIABLE: system_store.DEFAULT_STORE_TYPE,
     STORE_PATH_VARIABLE: system_store.DEFAULT_STORE_PATH,
     **THROTTLE_DEFAULTS,
+    **WEBSOCKET_DEFAULTS,
 }
 
 

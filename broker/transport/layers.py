@@ -19,7 +19,7 @@ pays nothing for the seam.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 class Layer(Protocol):
@@ -42,6 +42,14 @@ class Layer(Protocol):
     @property
     def buffered_bytes(self) -> int:
         """Bytes the layer holds (the memory alarm counts them)."""
+
+
+@runtime_checkable
+class EndsStream(Protocol):
+    """A layer with a goodbye of its own (a WebSocket close frame, a TLS close_notify)."""
+
+    def end_stream(self) -> None:
+        """The stream above ended: put the goodbye in :meth:`Layer.data_to_send`."""
 
 
 #: makes the layers of one connection, bottom first (between the socket and detection)
@@ -77,6 +85,14 @@ class LayerChain:
             if own:
                 data = own + data
         return data
+
+    def end(self) -> bytes:
+        """The stream above ended (the engine finished, the header was refused): what goes
+        to the socket before it closes -- each layer's goodbye, encoded by the layers below."""
+        for layer in reversed(self.layers):
+            if isinstance(layer, EndsStream):
+                layer.end_stream()
+        return self.send(b"")
 
     @property
     def closed(self) -> bool:

@@ -67,8 +67,10 @@ class ConnectionRegistry:
     limits: HandshakeLimits = field(default_factory=HandshakeLimits)
     #: shared by every port of the broker: the per-address limit is the broker's
     opening: OpeningConnections = field(default_factory=OpeningConnections)
-    #: the layers between the socket and header detection (TLS, WebSocket: none yet)
+    #: the layers between the socket and header detection (WebSocket on WS ports)
     layers: LayerFactory = no_layers
+    #: the transport the connections' model objects name (Broker-J's TCP, SSL, WS, WSS)
+    transport: str = "TCP"
 
     def set_blocked(self, blocked: bool, reason: str = "low on memory") -> None:
         for conn in list(self.connections):
@@ -122,8 +124,10 @@ class AmqpProtocol(asyncio.Protocol):
         self._open_timer = self._loop.call_later(limits.open_timeout, self._open_timeout)
 
     def data_received(self, data: bytes) -> None:
-        if self._lingering:
-            return                        # closed: read until the peer closes, and drop it
+        if self._lingering:               # closed: read until the peer closes, and drop it
+            if self._chain is not None:
+                self._layers_linger(data)  # but a layer still answers (a WebSocket close)
+            return
         chain = self._chain
         if chain is not None:
             data = chain.receive(data)
@@ -233,6 +237,7 @@ class AmqpProtocol(asyncio.Protocol):
             if not self._write_paused and engine is not None:
                 engine.output_drained()
         if chain is not None and chain.closed:
+            self._end_layers(chain, transport)
             transport.close()             # a layer ended the stream (a refused header)
             return
         finished = self._finished
@@ -240,7 +245,28 @@ class AmqpProtocol(asyncio.Protocol):
             if finished.linger:
                 self._linger()
             else:
+                if chain is not None:
+                    self._end_layers(chain, transport)
                 transport.close()
+
+    @staticmethod
+    def _end_layers(chain: LayerChain, transport: asyncio.Transport) -> None:
+        """The stream ends: the layers' goodbyes (a WebSocket close frame) go out first."""
+        goodbye = chain.end()
+        if goodbye:
+            transport.write(goodbye)
+
+    def _layers_linger(self, data: bytes) -> None:
+        """Lingering: the layers still read and answer; what reaches the engine is dropped."""
+        chain, transport = self._chain, self.transport
+        if chain is None or transport is None:
+            return
+        chain.receive(data)
+        answer = chain.send(b"")
+        if answer:
+            transport.write(answer)
+        if chain.closed:
+            transport.close()
 
     def _run_work(self, work: Callable[[], Any]) -> None:
         """Blocking work (verifying a salted hash is slow by design) in a worker thread."""

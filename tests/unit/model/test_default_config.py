@@ -30,7 +30,7 @@ def test_packaged_default_is_the_repository_file() -> None:
 
 
 def test_amqp_port_on_every_interface_with_every_implemented_protocol(system: SystemConfig) -> None:
-    [amqp] = system.broker.ports("AMQP")
+    [amqp] = [port for port in system.broker.ports("AMQP") if port.name == "AMQP"]
     assert isinstance(amqp, AmqpPort)
     assert amqp.port == 5672
     assert amqp.binding_address == "" and amqp.local_host is None
@@ -38,6 +38,18 @@ def test_amqp_port_on_every_interface_with_every_implemented_protocol(system: Sy
     assert amqp.transports == [Transport.TCP]
     assert amqp.max_open_connections == -1
     assert isinstance(amqp.provider, PasswordFileAuthenticationProvider)
+
+
+def test_websocket_port_serves_every_implemented_protocol_over_ws(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DELTAMQ_WS_PORT", raising=False)    # tests/conftest.py sets it to 0
+    system = load_system_config(None, {"deltamq.data_dir": str(tmp_path / "data")},
+                                namespace_factory=FakeNamespace)
+    [websocket] = [port for port in system.broker.ports("AMQP") if port.name == "WebSocket"]
+    assert websocket.port == 5673
+    assert websocket.transports == [Transport.WS]
+    assert websocket.protocols == IMPLEMENTED_AMQP
+    assert websocket.provider is system.broker.ports("AMQP")[0].provider
 
 
 def test_http_port_is_modelled(system: SystemConfig) -> None:
