@@ -38,7 +38,8 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
-AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+#: an ASGI application (Litestar's own signature is narrower than these aliases)
+AsgiApp = Callable[..., Awaitable[None]]
 
 #: RFC 6455 7.4.1: the broker dropped the connection (open timeout, missed heartbeats)
 POLICY_VIOLATION = 1008

@@ -46,9 +46,11 @@ class WebSocketBroker(DeltaMQProcess):
 
     def _serves_http(self) -> bool:
         try:
-            return httpx.get(f"http://127.0.0.1:{self.http_port}/metrics",
-                             timeout=2).status_code == 200
-        except httpx.HTTPError:
+            httpx.get(f"http://127.0.0.1:{self.http_port}/metrics", timeout=2)
+            return True                   # any answer: it serves (metrics may want a login)
+        except httpx.TransportError:
+            if not self.alive():
+                raise RuntimeError(f"the broker exited:\n{self.log_tail()}") from None
             return False
 
     @property
@@ -102,16 +104,21 @@ class WebSocketRelay:
             except OSError:
                 return
             self._sockets.append(sock)
-            try:
-                ws = connect(self.url, subprotocols=self.subprotocols,  # type: ignore[arg-type]
-                             max_size=None, open_timeout=10)
-            except Exception:
-                _close_quietly(sock)
-                continue
-            self.relayed += 1
-            self.subprotocols_chosen.append(ws.subprotocol)
-            self._spawn(self._up, sock, ws)
-            self._spawn(self._down, sock, ws)
+            self._spawn(self._carry, sock)
+
+    def _carry(self, sock: socket.socket) -> None:
+        """One TCP connection's WebSocket, both ways, until either end closes."""
+        try:
+            with connect(self.url, subprotocols=self.subprotocols,  # type: ignore[arg-type]
+                         max_size=None, open_timeout=10) as ws:
+                self.relayed += 1
+                self.subprotocols_chosen.append(ws.subprotocol)
+                up = threading.Thread(target=self._up, args=(sock, ws), daemon=True)
+                up.start()
+                self._down(sock, ws)
+                up.join(timeout=10)
+        except Exception:
+            _close_quietly(sock)
 
     @staticmethod
     def _up(sock: socket.socket, ws: ClientConnection) -> None:

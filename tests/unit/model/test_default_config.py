@@ -88,9 +88,11 @@ def test_default_virtual_host(system: SystemConfig) -> None:
 def test_overrides_change_ports_and_data_dir(tmp_path: Path) -> None:
     system = load_system_config(None, {"deltamq.data_dir": str(tmp_path / "elsewhere"),
                                        "deltamq.amqp_port": "5673",
+                                       "deltamq.ws_port": "5674",
                                        "deltamq.http_port": "0"},
                                 namespace_factory=FakeNamespace)
     assert system.broker.ports("AMQP")[0].port == 5673
+    assert system.broker.ports("AMQP")[1].port == 5674
     assert system.broker.ports("HTTP")[0].port == 0
     assert (tmp_path / "elsewhere" / "passwords").is_file()
 
