@@ -22,8 +22,10 @@ import http.client
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +33,7 @@ from typing import Any
 
 import httpx
 import pika
+import pika.exceptions
 import pytest
 from websockets.exceptions import ConnectionClosedError, InvalidStatus
 from websockets.sync.client import connect
@@ -232,3 +235,27 @@ def test_rhea_sends_and_receives_over_websocket(ws_broker: WebSocketBroker, url:
     result = lines[-1]
     assert result["protocol"] == "amqp" and result["accepted"] == 25
     assert result["received"] == [f"rhea {i}" for i in range(25)]
+
+
+# -- shutdown ------------------------------------------------------------------------------------
+
+def test_sigterm_closes_websocket_clients_with_connection_forced() -> None:
+    """Both the WebSocket port's and the HTTP path's clients get 320 before the broker stops
+    (the path's before management stops serving)."""
+    with WebSocketBroker() as broker, WebSocketRelay(broker.ws_url) as on_port, \
+            WebSocketRelay(broker.path_url) as on_path:
+        connections = []
+        for relay in (on_port, on_path):
+            params = pika.ConnectionParameters("127.0.0.1", relay.port, heartbeat=0,
+                                               credentials=pika.PlainCredentials("guest", "guest"))
+            connections.append(pika.BlockingConnection(params))
+            connections[-1].channel()
+        assert broker.proc is not None
+        broker.proc.send_signal(signal.SIGTERM)
+        for conn in connections:
+            with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+                deadline = time.monotonic() + 15
+                while time.monotonic() < deadline:
+                    conn.process_data_events(time_limit=0.2)
+            assert info.value.reply_code == 320
+        assert broker.proc.wait(timeout=15) == 0
