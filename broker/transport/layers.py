@@ -13,13 +13,18 @@ it decides which engine runs above it.
 
 Once the header is read, a chain with no other layer is bypassed entirely:
 bytes go straight from the socket to the engine and back, so plain TCP
-pays nothing for the seam.
+pays nothing for the seam.  So is a chain whose other layers say they are
+``transparent`` (port unification that found a plain client).
+
+Optional, beside the protocol: ``end_stream()`` gives a layer's goodbye
+when the connection ends (TLS: ``close_notify``), ``close_reason`` says
+why a closed layer closed, for the log.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 
 class Layer(Protocol):
@@ -42,14 +47,6 @@ class Layer(Protocol):
     @property
     def buffered_bytes(self) -> int:
         """Bytes the layer holds (the memory alarm counts them)."""
-
-
-@runtime_checkable
-class EndsStream(Protocol):
-    """A layer with a goodbye of its own (a WebSocket close frame, a TLS close_notify)."""
-
-    def end_stream(self) -> None:
-        """The stream above ended: put the goodbye in :meth:`Layer.data_to_send`."""
 
 
 #: makes the layers of one connection, bottom first (between the socket and detection)
@@ -87,12 +84,28 @@ class LayerChain:
         return data
 
     def end(self) -> bytes:
-        """The stream above ended (the engine finished, the header was refused): what goes
-        to the socket before it closes -- each layer's goodbye, encoded by the layers below."""
+        """The connection ends: every layer's goodbye (``end_stream``), encoded by those below."""
+        data = b""
         for layer in reversed(self.layers):
-            if isinstance(layer, EndsStream):
-                layer.end_stream()
-        return self.send(b"")
+            if data:
+                data = layer.send_data(data)
+            end_stream = getattr(layer, "end_stream", None)
+            if end_stream is not None:
+                data += end_stream()
+        return data
+
+    @property
+    def transparent(self) -> bool:
+        """Every layer below the top passes bytes untouched: the chain may be bypassed."""
+        return all(getattr(layer, "transparent", False) for layer in self.layers[:-1])
+
+    @property
+    def close_reason(self) -> str:
+        """Why a layer ended the stream ("" when none says)."""
+        for layer in self.layers:
+            if layer.closed:
+                return str(getattr(layer, "close_reason", ""))
+        return ""
 
     @property
     def closed(self) -> bool:

@@ -67,7 +67,7 @@ class ConnectionRegistry:
     limits: HandshakeLimits = field(default_factory=HandshakeLimits)
     #: shared by every port of the broker: the per-address limit is the broker's
     opening: OpeningConnections = field(default_factory=OpeningConnections)
-    #: the layers between the socket and header detection (WebSocket on WS ports)
+    #: the layers between the socket and header detection (TLS, WebSocket: none yet)
     layers: LayerFactory = no_layers
     #: the transport the connections' model objects name (Broker-J's TCP, SSL, WS, WSS)
     transport: str = "TCP"
@@ -124,10 +124,8 @@ class AmqpProtocol(asyncio.Protocol):
         self._open_timer = self._loop.call_later(limits.open_timeout, self._open_timeout)
 
     def data_received(self, data: bytes) -> None:
-        if self._lingering:               # closed: read until the peer closes, and drop it
-            if self._chain is not None:
-                self._layers_linger(data)  # but a layer still answers (a WebSocket close)
-            return
+        if self._lingering:
+            return                        # closed: read until the peer closes, and drop it
         chain = self._chain
         if chain is not None:
             data = chain.receive(data)
@@ -181,7 +179,7 @@ class AmqpProtocol(asyncio.Protocol):
             self._lingering = True
             self.transport.close()
             return False
-        if len(self._chain.layers) == 1:
+        if self._chain.transparent:
             self._chain = None            # detection was the only layer: bypass it from now on
         engine = self.engine = self.engine_factory(detector.version, host, port)
         engine.on_output = self._schedule_flush
@@ -231,42 +229,26 @@ class AmqpProtocol(asyncio.Protocol):
         data = engine.data_to_send() if engine is not None else b""
         if chain is not None:
             data = chain.send(data)
+            if self._finished is not None:
+                data += chain.end()       # the layers' goodbye (TLS close_notify)
         if data:
             transport.write(data)
             self._last_sent = self._loop.time()
             if not self._write_paused and engine is not None:
                 engine.output_drained()
         if chain is not None and chain.closed:
-            self._end_layers(chain, transport)
-            transport.close()             # a layer ended the stream (a refused header)
+            reason = chain.close_reason
+            if reason and not self._lingering:
+                log.info("closing connection from %s: %s", self._remote[0], reason)
+            self._lingering = True
+            transport.close()             # a layer ended the stream (a refused header, a TLS alert)
             return
         finished = self._finished
         if finished is not None and not self._lingering:
             if finished.linger:
                 self._linger()
             else:
-                if chain is not None:
-                    self._end_layers(chain, transport)
                 transport.close()
-
-    @staticmethod
-    def _end_layers(chain: LayerChain, transport: asyncio.Transport) -> None:
-        """The stream ends: the layers' goodbyes (a WebSocket close frame) go out first."""
-        goodbye = chain.end()
-        if goodbye:
-            transport.write(goodbye)
-
-    def _layers_linger(self, data: bytes) -> None:
-        """Lingering: the layers still read and answer; what reaches the engine is dropped."""
-        chain, transport = self._chain, self.transport
-        if chain is None or transport is None:
-            return
-        chain.receive(data)
-        answer = chain.send(b"")
-        if answer:
-            transport.write(answer)
-        if chain.closed:
-            transport.close()
 
     def _run_work(self, work: Callable[[], Any]) -> None:
         """Blocking work (verifying a salted hash is slow by design) in a worker thread."""

@@ -201,12 +201,14 @@ class WebSocketLayer:
     def buffered_bytes(self) -> int:
         return len(self._head) + self._out_size
 
-    def end_stream(self) -> None:
-        """The stream above ended (the engine finished, the header was refused): close."""
+    def end_stream(self) -> bytes:
+        """The connection ends (the engine finished): the close frame, once
+        (:meth:`broker.transport.layers.LayerChain.end` asks)."""
         if self.state is WebSocketState.OPEN:
             self._close(NORMAL_CLOSURE, "")
-        elif self.state is WebSocketState.HANDSHAKE:
-            self.state = WebSocketState.CLOSED
+            return self.data_to_send()
+        self.state = WebSocketState.CLOSED
+        return b""
 
     # -- the upgrade -----------------------------------------------------------------------
     def _handshake(self, data: bytes) -> bytes:

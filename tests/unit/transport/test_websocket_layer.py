@@ -277,11 +277,9 @@ def test_a_close_from_the_client_is_answered_and_ends_the_stream() -> None:
 
 def test_the_end_of_the_stream_above_sends_a_normal_close() -> None:
     layer = open_layer()
-    layer.end_stream()
-    [(opcode, _, payload)] = server_frames(layer.data_to_send())
+    [(opcode, _, payload)] = server_frames(layer.end_stream())
     assert opcode == CLOSE and close_code(payload) == 1000 and layer.closed
-    layer.end_stream()                                # once
-    assert layer.data_to_send() == b""
+    assert layer.end_stream() == b"" and layer.data_to_send() == b""     # once
 
 
 def test_settings_come_from_the_context_variables() -> None:
@@ -302,7 +300,7 @@ def test_settings_come_from_the_context_variables() -> None:
 
 # -- in the chain, with header detection and the real engine above -------------------------------
 
-def test_a_refused_header_goes_back_in_a_binary_message_then_a_close() -> None:
+def test_a_refused_header_goes_back_in_a_binary_message_and_the_chains_end_closes() -> None:
     detector = HeaderDetector(SUPPORTED, HEADER_0_9_1)
     chain = LayerChain([WebSocketLayer(), detector])
     chain.receive(upgrade() + frame(BINARY, HEADER_FOR[AmqpVersion.V0_10]))
@@ -311,6 +309,7 @@ def test_a_refused_header_goes_back_in_a_binary_message_then_a_close() -> None:
     frames = server_frames(out.partition(b"\r\n\r\n")[2])
     assert frames[0] == (BINARY, True, HEADER_0_9_1)
     assert frames[1][0] == CLOSE and close_code(frames[1][2]) == 1000
+    assert chain.end() == b""                                        # said once
 
 
 def _over_websocket(host: FakeHost) -> tuple[AmqpProtocol, FakeTransport]:
@@ -324,7 +323,7 @@ def _binary_payload(data: bytes) -> bytes:
 
 
 @pytest.mark.timeout(30)
-def test_an_engine_serves_a_client_over_websocket_and_the_close_handshake_completes() -> None:
+def test_an_engine_serves_a_client_over_websocket_and_its_close_ends_the_websocket() -> None:
     async def scenario() -> None:
         host = FakeHost()
         proto, transport = _over_websocket(host)
@@ -348,15 +347,11 @@ def test_an_engine_serves_a_client_over_websocket_and_the_close_handshake_comple
         frames = bytes(transport.written).partition(b"\r\n\r\n")[2]
         assert [type(x) for x in methods(_binary_payload(frames))] == \
             [m.ConnectionStart, m.ConnectionTune, m.ConnectionOpenOk, m.ChannelOpenOk]
-        # the client closes AMQP, then the WebSocket: both are answered, then the socket closes
+        # the client closes AMQP: close-ok, then the WebSocket's close, then the socket closes
         before = len(transport.written)
         proto.data_received(frame(BINARY, enc.encode(0, m.ConnectionClose(reply_code=200))))
-        assert methods(_binary_payload(bytes(transport.written[before:]))) == \
-            [m.ConnectionCloseOk()]
-        assert not transport.closed                       # lingering for the client's close
-        before = len(transport.written)
-        proto.data_received(frame(CLOSE, struct.pack(">H", 1000)))
-        [(opcode, _, payload)] = server_frames(bytes(transport.written[before:]))
+        *data, (opcode, _, payload) = server_frames(bytes(transport.written[before:]))
+        assert methods(b"".join(p for _, _, p in data)) == [m.ConnectionCloseOk()]
         assert opcode == CLOSE and close_code(payload) == 1000 and transport.closed
 
     asyncio.run(scenario())
