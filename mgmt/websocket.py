@@ -209,6 +209,7 @@ async def _read_in(receive: Receive, protocol: asyncio.Protocol,
         if data is None:
             transport.close_unsupported()
             continue                   # the close goes out; the disconnect follows
+        await transport.reading.wait()  # paused while it was on its way: held until resumed
         if not transport.is_closing():
             protocol.data_received(data)
 
