@@ -13,6 +13,8 @@ import os
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from broker.errors import ConfigurationError
 from broker.protocol.amqp0_9_1 import methods as m
@@ -383,3 +385,40 @@ def test_a_refused_upgrade_closes_the_socket_after_the_http_answer() -> None:
         assert proto.engine is None
 
     asyncio.run(scenario())
+
+
+# -- whatever a client sends, the layer answers or closes; it never raises -------------------------
+
+@given(st.binary(max_size=600))
+@settings(max_examples=300, deadline=None)
+def test_garbage_after_the_upgrade_closes_or_passes_up_but_never_raises(garbage: bytes) -> None:
+    layer = open_layer(WebSocketSettings(max_message_size=256))
+    for o in range(0, len(garbage), 7):
+        layer.receive_data(garbage[o:o + 7])
+    out = layer.data_to_send()
+    if layer.closed and out:
+        assert server_frames(out)[-1][0] == CLOSE
+
+
+@given(st.lists(st.tuples(st.sampled_from([TEXT, BINARY, CLOSE, PING, PONG, CONTINUATION, 0x3]),
+                          st.binary(max_size=140), st.booleans()), max_size=8))
+@settings(max_examples=300, deadline=None)
+def test_any_frame_sequence_is_answered_by_the_rfc_or_closed(
+        frames: list[tuple[int, bytes, bool]]) -> None:
+    layer = open_layer(WebSocketSettings(max_message_size=256))
+    for opcode, payload, fin in frames:
+        layer.receive_data(frame(opcode, payload, fin=fin))
+        out = layer.data_to_send()
+        sent = server_frames(out) if out else []
+        assert all(op in (PONG, CLOSE) for op, _, _ in sent)
+        if layer.closed:
+            break
+    assert layer.send_data(b"x") == (b"" if layer.closed else b"\x82\x01x")
+
+
+@given(st.binary(max_size=300))
+@settings(max_examples=300, deadline=None)
+def test_a_garbage_request_is_refused_over_http_or_awaited(garbage: bytes) -> None:
+    layer = WebSocketLayer()
+    layer.receive_data(garbage + b"\r\n\r\n")
+    assert layer.closed and layer.data_to_send().startswith(b"HTTP/1.1 4")
