@@ -174,7 +174,8 @@ class AmqpListener:
 
 def transport_layers(port: Port) -> tuple[LayerFactory, str]:
     """The layers an AMQP port's connections get under header detection, and the transport
-    their model objects name: WebSocket for ``WS``, none for ``TCP``."""
+    their model objects name: WebSocket for ``WS``, none for ``TCP``.  (``WSS`` is TLS under
+    WebSocket: ``websocket_layers(settings, below=<the TLS layer's factory>)``.)"""
     if Transport.WS in port.transports:
         return websocket_layers(WebSocketSettings.resolved(port.resolve)), Transport.WS.value
     return no_layers, Transport.TCP.value
