@@ -3,7 +3,7 @@
 ::
 
     deltamq serve [--config FILE] [--overwrite-config] [--store-type TYPE] [--data-dir DIR]
-                  [--amqp-port N] [--amqps-port N] [--http-port N] [-D name=value ...]
+                  [--amqp-port N] [--amqps-port N] [--ws-port N] [--http-port N] [-D name=value ...]
                   [--log-level LEVEL]
     deltamq user add NAME [--password P] [--virtual-host VHOST ...] [--admin] [--data-dir DIR | --file PATH]
     deltamq user admin NAME [--revoke] [--data-dir DIR | --file PATH]
@@ -20,10 +20,11 @@ Other packages add commands through entry point group ``deltamq.commands``:
 ``serve``'s options are context variables (``--amqp-port 5673`` is
 ``-D deltamq.amqp_port=5673``); an explicit option wins over a ``-D`` of the
 same variable.  ``--overwrite-config`` is not: it acts once, on this start.
-A broker told its AMQP port (``--amqp-port``) but not its AMQPS port listens
-for TLS on a free port number rather than on 5671, so brokers started side by
-side (tests, benchmarks) do not compete for it; ``--amqps-port`` (or
-``deltamq.amqps_port``) names it.  ``deltamq cert`` is
+A broker told its AMQP port (``--amqp-port``) but not its AMQPS or WebSocket
+port listens for TLS and WebSocket on free port numbers rather than on 5671 and
+5673, so brokers started side by side (tests, benchmarks) do not compete for
+them; ``--amqps-port`` / ``--ws-port`` (or ``deltamq.amqps_port`` /
+``deltamq.ws_port``) name them.  ``deltamq cert`` is
 :mod:`broker.cert_command`.
 The server itself is :func:`broker.server.serve`.
 """
@@ -46,6 +47,7 @@ from broker.security.passwords import PasswordFile
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 DATA_DIR_VARIABLE = "deltamq.data_dir"
 AMQPS_PORT_VARIABLE = "deltamq.amqps_port"
+WS_PORT_VARIABLE = "deltamq.ws_port"
 DEFAULT_DATA_DIR = "./data"
 PASSWORD_FILE_NAME = "passwords"
 
@@ -121,6 +123,9 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve.add_argument("--amqps-port", metavar="N", type=_port_number,
                        help="AMQP over TLS port (sets deltamq.amqps_port; default 5671, or a"
                             " free one when --amqp-port is given without this)")
+    serve.add_argument("--ws-port", metavar="N", type=_port_number,
+                       help="AMQP over WebSocket port (sets deltamq.ws_port; default 5673, or a"
+                            " free one when --amqp-port is given without this)")
     serve.add_argument("--http-port", metavar="N", type=_port_number,
                        help="HTTP management port (sets deltamq.http_port; default 8080)")
     serve.add_argument("-D", dest="defines", metavar="name=value", action="append", default=[],
@@ -140,11 +145,12 @@ def serve_context(args: argparse.Namespace) -> dict[str, str]:
         context[DATA_DIR_VARIABLE] = args.data_dir
     if args.amqp_port is not None:
         context["deltamq.amqp_port"] = str(args.amqp_port)
-    if args.amqps_port is not None:
-        context[AMQPS_PORT_VARIABLE] = str(args.amqps_port)
-    elif args.amqp_port is not None and AMQPS_PORT_VARIABLE not in context \
-            and environment_value(AMQPS_PORT_VARIABLE) is None:
-        context[AMQPS_PORT_VARIABLE] = "0"      # brokers side by side: not all on 5671
+    for variable, value in ((AMQPS_PORT_VARIABLE, args.amqps_port), (WS_PORT_VARIABLE, args.ws_port)):
+        if value is not None:
+            context[variable] = str(value)
+        elif args.amqp_port is not None and variable not in context \
+                and environment_value(variable) is None:
+            context[variable] = "0"     # brokers side by side: not all on 5671 and 5673
     if args.http_port is not None:
         context["deltamq.http_port"] = str(args.http_port)
     if args.store_type is not None:

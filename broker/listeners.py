@@ -29,12 +29,13 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from broker import errors
-from broker.model.port import Port, PortListener
+from broker.model.port import Port, PortListener, Transport
 from broker.transport.accept import Acceptor
 from broker.transport.handshake import HandshakeLimits, OpeningConnections
 from broker.transport.layers import LayerFactory, no_layers
 from broker.transport.tcp import AmqpProtocol, ConnectionRegistry, close_all
 from broker.transport.tls import layer_factory
+from broker.transport.websocket import WebSocketSettings, websocket_layers
 
 log = logging.getLogger("deltamq")
 
@@ -99,14 +100,6 @@ def where(port: Port) -> str:
     return f"{port.local_host or '*'}:{port.port}"
 
 
-def port_layers(port: Port) -> LayerFactory:
-    """The layers a port's transports put under header detection (SSL: TLS)."""
-    context = getattr(port, "connection_tls_context", None)
-    if context is None:
-        return no_layers
-    return layer_factory([transport.name for transport in port.transports], context)
-
-
 class AmqpListener:
     """An AMQP port listening: its sockets, the connections that came in through them."""
 
@@ -134,11 +127,14 @@ class AmqpListener:
         return len(self.registry.connections)
 
     def reconfigure(self) -> None:
-        self.registry.layers = port_layers(self.port)
         try:
             self.registry.limits = HandshakeLimits.resolved(self.port.resolve)
         except errors.BrokerError as exc:
             log.error("AMQP port '%s' keeps its handshake limits: %s", self.port.name, exc)
+        try:
+            self.registry.layers, self.registry.transport = transport_layers(self.port)
+        except errors.BrokerError as exc:
+            log.error("AMQP port '%s' keeps its transport settings: %s", self.port.name, exc)
 
     async def serve(self) -> None:
         for sock in self.sockets:
@@ -176,12 +172,32 @@ class AmqpListener:
             sock.close()
 
 
+def transport_layers(port: Port) -> tuple[LayerFactory, str]:
+    """The layers an AMQP port's connections get under header detection, and the transport
+    their model objects name: WebSocket for ``WS``; TLS under WebSocket for ``WSS``; TLS for
+    ``SSL`` (with plain TCP beside it when the port also carries ``TCP``, told apart by the
+    first byte); none for ``TCP``."""
+    names = [transport.name for transport in port.transports]
+    context = getattr(port, "connection_tls_context", None)
+    if Transport.WS in port.transports or Transport.WSS in port.transports:
+        wss = Transport.WSS in port.transports and context is not None
+        below = layer_factory(["SSL"], context) if wss and context is not None else None
+        return (websocket_layers(WebSocketSettings.resolved(port.resolve), below=below),
+                (Transport.WSS if wss else Transport.WS).value)
+    if context is None:
+        return no_layers, Transport.TCP.value
+    return layer_factory(names, context), Transport.TCP.value
+
+
 class HttpListener:
     """A port carrying HTTP: a management plugin instance serving it."""
 
-    def __init__(self, port: Port, plugin: ManagementPlugin, bound_port: int) -> None:
+    def __init__(self, port: Port, plugin: ManagementPlugin, bound_port: int,
+                 websockets: ConnectionRegistry) -> None:
         self.port = port
         self.plugin = plugin
+        #: the AMQP connections that came in over the port's WebSocket path
+        self.websockets = websockets
         self.bound_port = bound_port
         self.bound_host = port.local_host
         self.requested_port = int(port.port)
@@ -217,11 +233,13 @@ class HttpListener:
         group.start_soon(self._stop)
 
     async def _stop(self) -> None:
+        await close_all(self.websockets, PORT_DELETED)
         await self.plugin.stop()
         log.info("HTTP port '%s' no longer listening on %s", self.port.name, self.bound_port)
 
     async def shutdown(self) -> None:
         self.closed = True
+        await close_all(self.websockets, SHUTDOWN)   # 320 to AMQP clients before HTTP stops
         await self.plugin.stop()
 
 
@@ -278,9 +296,10 @@ class Listeners:
 
     def _listen_amqp(self, port: Port) -> AmqpListener:
         limits = HandshakeLimits.resolved(port.resolve)
+        layers, transport = transport_layers(port)
         sockets = bind_sockets(port.local_host, int(port.port))
-        registry = ConnectionRegistry(limits=limits, opening=self.opening,
-                                      layers=port_layers(port))
+        registry = ConnectionRegistry(limits=limits, opening=self.opening, layers=layers,
+                                      transport=transport)
         listener = AmqpListener(port, sockets, self.amqp_protocols(port, registry), registry)
         self._amqp.append(listener)
         self.group.start_soon(listener.serve)
@@ -292,7 +311,9 @@ class Listeners:
 
     def _listen_http(self, port: Port) -> HttpListener:
         plugin = self.management(port)
-        listener = HttpListener(port, plugin, plugin.bind())
+        websockets = ConnectionRegistry(limits=HandshakeLimits.resolved(port.resolve),
+                                        opening=self.opening, transport=Transport.WS.value)
+        listener = HttpListener(port, plugin, plugin.bind(), websockets)
         self._http.append(listener)
         self.group.start_soon(listener.serve)
         return listener
@@ -309,9 +330,21 @@ class Listeners:
             listener.close(self.group)
 
     def registries(self) -> Iterator[ConnectionRegistry]:
-        """The connections of every AMQP port (the memory alarm blocks them)."""
+        """The connections of every AMQP port and WebSocket path (the memory alarm blocks them)."""
         for listener in self._amqp:
             yield listener.registry
+        for http in self._http:
+            yield http.websockets
+
+    def websocket_protocols(self, port: Port) -> Callable[[], AmqpProtocol]:
+        """What makes the protocol of each AMQP connection that comes in over the WebSocket
+        path of HTTP ``port`` (its management plugin bridges them): authenticated by the
+        port's provider, counted, blocked by the alarms and closed at shutdown like an AMQP
+        port's connections."""
+        for http in self._http:
+            if http.port is port:
+                return self.amqp_protocols(port, http.websockets)
+        raise errors.ConfigurationError(f"{port.label}: not an HTTP port of this broker")
 
     async def wait_started(self) -> None:
         """Return once every HTTP port serves (or failed to)."""

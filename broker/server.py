@@ -65,10 +65,12 @@ class BrokerHost:
     product = "DeltaMQ"
     version = __version__
 
-    def __init__(self, broker: Any, port: Any, alarms: ResourceAlarms) -> None:
+    def __init__(self, broker: Any, port: Any, alarms: ResourceAlarms,
+                 transport: str = "TCP") -> None:
         self.broker = broker
         self.port = port
         self.alarms = alarms
+        self.transport = transport
         #: the TLS session of one connection (None: plain TCP, or the port's own host)
         self.tls: TlsSession | None = None
 
@@ -166,7 +168,7 @@ class BrokerHost:
             protocol=getattr(connection, "port_protocol", None)
             or f"AMQP_{connection.version.value.replace('-', '_')}",
             principal=principal.name if principal is not None else "",
-            transport="SSL" if self.tls is not None else "TCP",
+            transport="SSL" if self.tls is not None and self.transport == "TCP" else self.transport,
             client_id=_text(props.get("connection_name", "")),
             client_product=_text(props.get("product", "")),
             client_version=_text(props.get("version", "")),
@@ -254,11 +256,13 @@ def _amqp_protocols(broker: Any, alarms: ResourceAlarms
     """What makes the protocol of each connection an AMQP port accepts."""
 
     def for_port(port: Any, registry: ConnectionRegistry) -> Callable[[], AmqpProtocol]:
-        host = BrokerHost(broker, port, alarms)
+        host = BrokerHost(broker, port, alarms, registry.transport)
 
         def protocol() -> AmqpProtocol:
             # the port's protocols as they are now: a change applies to the next connection
-            supported = ENGINES.versions(p.name for p in port.protocols)
+            # an HTTP port's WebSocket path serves every AMQP version the broker implements
+            supported = ENGINES.versions([p.name for p in port.protocols if p.is_amqp]
+                                         or ENGINES.protocols)
             layers = registry.layers()
 
             def engine_factory(version: AmqpVersion, remote_host: str, remote_port: int) -> Engine:

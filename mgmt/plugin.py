@@ -32,9 +32,11 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from broker.listeners import bind_sockets
 from broker.model.configured_object import ConfiguredObject
+from broker.transport.websocket import PATH_VARIABLE, WebSocketSettings
 from mgmt.app import create_app
 from mgmt.rates import SAMPLED, RateSampler
 from mgmt.security import Permissions
+from mgmt.websocket import AmqpWebSocketEndpoint
 
 log = logging.getLogger("deltamq.mgmt")
 
@@ -85,9 +87,12 @@ class HttpManagement:
         self._stopped = anyio.Event()
         sampler = SAMPLED.attach(port.root, SAMPLE_INTERVAL)
         try:
-            config = uvicorn.Config(create_app(self.port, self.permissions), lifespan="off",
+            settings = WebSocketSettings.resolved(port.resolve)
+            config = uvicorn.Config(self._application(settings), lifespan="off",
                                     log_config=None, access_log=False, server_header=False,
-                                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN)
+                                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN,
+                                    ws="wsproto", ws_max_size=settings.max_message_size,
+                                    ws_per_message_deflate=False)
             server = self._server = _BrokerOwnedServer(config)
             server.should_exit = self._stopping
             async with anyio.create_task_group() as tg:
@@ -106,6 +111,19 @@ class HttpManagement:
             for sock in sockets:
                 sock.close()
             self._stopped.set()
+
+    def _application(self, settings: WebSocketSettings) -> Any:
+        """Management, and AMQP over WebSocket at the port's path when the broker runs it."""
+        app = create_app(self.port, self.permissions)
+        port: Any = self.port
+        path = port.resolve("${%s}" % PATH_VARIABLE).strip()
+        activation = getattr(port.parent, "port_activation", None)
+        websocket_protocols = getattr(activation, "websocket_protocols", None)
+        if not path or websocket_protocols is None:
+            return app
+        path = path if path.startswith("/") else "/" + path
+        log.info("HTTP port '%s' carries AMQP over WebSocket at %s", port.name, path)
+        return AmqpWebSocketEndpoint(app, path, websocket_protocols(port), settings)
 
     @staticmethod
     async def _serve_until_stopped(server: _BrokerOwnedServer, sockets: list[socket.socket],

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 
 import pytest
+
+# The default configuration's WebSocket port (5673) would be bound by every broker the
+# tests start, in this process or as a child: let each take a free number instead.
+# A test that needs the port sets deltamq.ws_port itself (-D wins over the environment).
+os.environ.setdefault("DELTAMQ_WS_PORT", "0")
 
 
 @pytest.fixture(autouse=True)

@@ -307,8 +307,18 @@ class AmqpPort(TlsPortAttributes, Port):
         if not self.authentication_provider:
             raise ConfigurationError(f"{self.label}: attribute 'authenticationProvider' is"
                                      " mandatory for an AMQP port")
+        self._validate_websocket_transports()
         self.provider.check_port(self.label, list(self.transports))
         self.validate_tls()                     # keyStore, trustStores, client auth (port_tls)
+
+    def _validate_websocket_transports(self) -> None:
+        """WebSocket ports serve WebSocket only (as in Broker-J): WS, or WSS (over TLS)."""
+        transports = set(self.transports)
+        for ws in (Transport.WS, Transport.WSS):
+            if ws in transports and transports - {ws}:
+                others = ", ".join(t.name for t in self.transports if t is not ws)
+                raise ConfigurationError(f"{self.label}: a WebSocket port (transport {ws.name})"
+                                         f" cannot also carry {others}; give it a port of its own")
 
 
 class HttpPort(Port):

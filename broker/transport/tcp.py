@@ -69,6 +69,8 @@ class ConnectionRegistry:
     opening: OpeningConnections = field(default_factory=OpeningConnections)
     #: the layers between the socket and header detection (TLS, WebSocket: none yet)
     layers: LayerFactory = no_layers
+    #: the transport the connections' model objects name (Broker-J's TCP, SSL, WS, WSS)
+    transport: str = "TCP"
 
     def set_blocked(self, blocked: bool, reason: str = "low on memory") -> None:
         for conn in list(self.connections):

@@ -17,7 +17,7 @@
 
 import { createInterface } from "node:readline";
 import { chromium } from "playwright-core";
-import { log, progress, step, waiting } from "./steps.mjs";
+import { launchChromium, log, progress, step, waiting } from "./steps.mjs";
 
 const config = JSON.parse(process.argv[2] || "{}");
 const TIMEOUT = config.timeoutMs || 15000;
@@ -383,13 +383,7 @@ async function main() {
   let page;
   const result = { ok: false, problems, dialogs };
   try {
-    browser = await chromium.launch({
-      executablePath: config.chromium,
-      headless: true,
-      // this machine reaches no Google service: keep Chromium from trying
-      args: ["--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--disable-quic", "--no-first-run", "--disable-dev-shm-usage"],
-    });
+    browser = await launchChromium(chromium, config.chromium);
     const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
     page = await context.newPage();
     page.setDefaultTimeout(TIMEOUT);

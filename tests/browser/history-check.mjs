@@ -11,7 +11,7 @@
 // it exits 0 only when every step passed.
 
 import { chromium } from "playwright-core";
-import { log, progress, step, waiting } from "./steps.mjs";
+import { launchChromium, log, progress, step, waiting } from "./steps.mjs";
 
 const config = JSON.parse(process.argv[2] || "{}");
 const TIMEOUT = config.timeoutMs || 15000;
@@ -89,12 +89,7 @@ async function main() {
   let page;
   const result = { ok: false, problems };
   try {
-    browser = await chromium.launch({
-      executablePath: config.chromium,
-      headless: true,
-      args: ["--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--disable-quic", "--no-first-run", "--disable-dev-shm-usage"],
-    });
+    browser = await launchChromium(chromium, config.chromium);
     const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
     page = await context.newPage();
     page.setDefaultTimeout(TIMEOUT);

@@ -44,3 +44,14 @@ export function waiting(timeout) {
 
   return { until, textOf, expectText };
 }
+
+// Debian's headless Chromium through playwright-core; this machine reaches no Google
+// service, so Chromium is kept from trying.
+export async function launchChromium(chromium, executablePath) {
+  return chromium.launch({
+    executablePath,
+    headless: true,
+    args: ["--disable-gpu", "--disable-background-networking", "--disable-component-update",
+      "--disable-sync", "--disable-quic", "--no-first-run", "--disable-dev-shm-usage"],
+  });
+}

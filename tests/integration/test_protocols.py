@@ -38,7 +38,7 @@ def _run(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess[st
 def _config(tmp_path: Path, protocols: object) -> Path:
     """The embedded default configuration with the AMQP port's ``protocols`` replaced."""
     config = json.loads((REPO / "conf" / "config.json").read_text(encoding="utf-8"))
-    [amqp] = [p for p in config["ports"] if p.get("type", "AMQP") == "AMQP"]
+    [amqp] = [p for p in config["ports"] if p["name"] == "AMQP"]
     amqp["protocols"] = protocols
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config), encoding="utf-8")

@@ -87,27 +87,32 @@ def fake_server(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
 
 
 def test_serve_passes_options_as_context(fake_server: list[tuple[Any, ...]],
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+                                         capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DELTAMQ_WS_PORT", raising=False)   # tests/conftest.py sets it
     code, _, _ = run(["serve", "--config", "my.json", "--data-dir", "/srv/mq",
                       "--amqp-port", "5673", "--http-port", "0", "-D", "a.b=c=d",
                       "-D", "deltamq.amqp_port=1", "--log-level", "debug"], capsys)
     assert code == 3
     assert fake_server == [("my.json", {"a.b": "c=d", "deltamq.data_dir": "/srv/mq",
                                         "deltamq.amqp_port": "5673", "deltamq.amqps_port": "0",
-                                        "deltamq.http_port": "0"}, "DEBUG", False)]
+                                        "deltamq.ws_port": "0", "deltamq.http_port": "0"}, "DEBUG", False)]
 
 
-def test_the_amqps_port_moves_aside_only_when_the_amqp_port_is_chosen(
-        fake_server: list[tuple[Any, ...]], capsys: pytest.CaptureFixture[str],
+@pytest.mark.parametrize("option", ["amqps", "ws"])
+def test_the_tls_and_websocket_ports_move_aside_only_when_the_amqp_port_is_chosen(
+        option: str, fake_server: list[tuple[Any, ...]], capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("DELTAMQ_AMQPS_PORT", raising=False)
-    run(["serve", "--amqp-port", "5673", "--amqps-port", "5674"], capsys)
-    run(["serve", "--amqp-port", "5673", "-D", "deltamq.amqps_port=5675"], capsys)
-    run(["serve", "--amqps-port", "5676"], capsys)
-    monkeypatch.setenv("DELTAMQ_AMQPS_PORT", "5677")
+    variable, environment = f"deltamq.{option}_port", f"DELTAMQ_{option.upper()}_PORT"
+    monkeypatch.delenv(environment, raising=False)
+    run(["serve", "--amqp-port", "5673", f"--{option}-port", "5674"], capsys)
+    run(["serve", "--amqp-port", "5673", "-D", f"{variable}=5675"], capsys)
+    run(["serve", f"--{option}-port", "5676"], capsys)
     run(["serve", "--amqp-port", "5673"], capsys)
-    assert [call[1].get("deltamq.amqps_port") for call in fake_server] == \
-        ["5674", "5675", "5676", None]
+    monkeypatch.setenv(environment, "5677")
+    run(["serve", "--amqp-port", "5673"], capsys)
+    assert [call[1].get(variable) for call in fake_server] == \
+        ["5674", "5675", "5676", "0", None]
 
 
 def test_serve_defaults(fake_server: list[tuple[Any, ...]],

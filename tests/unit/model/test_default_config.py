@@ -30,7 +30,7 @@ def test_packaged_default_is_the_repository_file() -> None:
 
 
 def test_amqp_port_on_every_interface_with_every_implemented_protocol(system: SystemConfig) -> None:
-    [amqp, amqps] = system.broker.ports("AMQP")
+    [amqp] = [port for port in system.broker.ports("AMQP") if port.name == "AMQP"]
     assert isinstance(amqp, AmqpPort)
     assert amqp.port == 5672
     assert amqp.binding_address == "" and amqp.local_host is None
@@ -41,6 +41,18 @@ def test_amqp_port_on_every_interface_with_every_implemented_protocol(system: Sy
     assert (amqps.name, amqps.port, amqps.transports) == ("AMQPS", 5671, [Transport.SSL])
     assert amqps.protocols == IMPLEMENTED_AMQP and amqps.provider is amqp.provider
     assert amqps.key_store == "amqps"                     # generated at first start (docs/tls.md)
+
+
+def test_websocket_port_serves_every_implemented_protocol_over_ws(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DELTAMQ_WS_PORT", raising=False)    # tests/conftest.py sets it to 0
+    system = load_system_config(None, {"deltamq.data_dir": str(tmp_path / "data")},
+                                namespace_factory=FakeNamespace)
+    [websocket] = [port for port in system.broker.ports("AMQP") if port.name == "WebSocket"]
+    assert websocket.port == 5673
+    assert websocket.transports == [Transport.WS]
+    assert websocket.protocols == IMPLEMENTED_AMQP
+    assert websocket.provider is system.broker.ports("AMQP")[0].provider
 
 
 def test_http_port_is_modelled(system: SystemConfig) -> None:
@@ -79,9 +91,11 @@ def test_default_virtual_host(system: SystemConfig) -> None:
 def test_overrides_change_ports_and_data_dir(tmp_path: Path) -> None:
     system = load_system_config(None, {"deltamq.data_dir": str(tmp_path / "elsewhere"),
                                        "deltamq.amqp_port": "5673",
+                                       "deltamq.ws_port": "5674",
                                        "deltamq.http_port": "0"},
                                 namespace_factory=FakeNamespace)
     assert system.broker.ports("AMQP")[0].port == 5673
+    assert system.broker.ports("AMQP")[1].port == 5674
     assert system.broker.ports("HTTP")[0].port == 0
     assert (tmp_path / "elsewhere" / "passwords").is_file()
 
