@@ -44,6 +44,7 @@ from .definitions import (MIN_MAX_FRAME_SIZE, Begin, Close, End, Error, Open, Sa
                           SaslMechanisms, SaslOutcome)
 from .framing import AMQP_HEADER, EMPTY_FRAME, SASL_HEADER, TYPE_AMQP, TYPE_SASL, FramingError, encode_frame
 from .incoming_frames import BodyReader, performative_of
+from .transfer_arrival import whole_transfer
 from .values import DecodeError, Symbol
 
 log = logging.getLogger(__name__)
@@ -268,6 +269,8 @@ class AmqpConnection10(OutputQueue):
                 continue                      # a heartbeat
             if frame_type != TYPE_AMQP:
                 raise DecodeError(f"frame of type 0x{frame_type:02x} after the SASL exchange", 0)
+            if self.state is State.OPEN and whole_transfer(self, channel, body):
+                continue                      # a whole delivery in one usual transfer (.transfer_arrival)
             performative, payload = performative_of(frame_type, channel, body)
             self._performative(channel, performative, payload)
 
