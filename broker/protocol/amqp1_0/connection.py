@@ -382,10 +382,10 @@ class AmqpConnection10(OutputQueue):
         if wake:
             self.on_output()
 
-    def write_frames(self, frames: list[bytes]) -> None:
+    def write_frames(self, frames: list[bytes] | tuple[bytes]) -> None:
         wake = not self._out
         self._out.extend(frames)
-        self._out_bytes += sum(map(len, frames))
+        self._out_bytes += sum(map(len, frames)) if len(frames) > 1 else len(frames[0])
         if wake:
             self.on_output()
 

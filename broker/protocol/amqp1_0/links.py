@@ -570,13 +570,13 @@ class SendingLink(LinkEndpoint10):
     def deliver(self, entry: QueueEntry) -> None:
         session = self.session
         delivery_id = session.take_delivery_id()
-        payload = transfer_payload(entry.message, delivery_count=entry.delivery_count,
-                                   first_acquirer=entry.delivery_count == 0)
+        count = entry.delivery_count
+        payload = transfer_payload(entry.message, delivery_count=count, first_acquirer=count == 0)
         tag = self._tag_prefix + _TAG.pack(delivery_id)
         frame = transfer_frame(session.channel, self.handle, delivery_id, tag, self.no_ack, payload,
                                self.connection.max_frame_size)
         if frame is not None:
-            frames = [frame]
+            frames: list[bytes] | tuple[bytes] = (frame,)
         else:
             transfer = Transfer(handle=self.handle, delivery_id=delivery_id, delivery_tag=tag,
                                 message_format=0, settled=self.no_ack)

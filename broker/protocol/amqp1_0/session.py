@@ -272,9 +272,11 @@ class Session:
         return self.remote_incoming_window > 0 and self.connection.writable and not self.ending \
             and self.connection.is_open
 
-    def send_transfer_frames(self, frames: list[bytes]) -> None:
-        self.next_outgoing_id = (self.next_outgoing_id + len(frames)) & _SERIAL
-        self.remote_incoming_window = max(self.remote_incoming_window - len(frames), 0)
+    def send_transfer_frames(self, frames: list[bytes] | tuple[bytes]) -> None:
+        count = len(frames)
+        self.next_outgoing_id = (self.next_outgoing_id + count) & _SERIAL
+        window = self.remote_incoming_window - count
+        self.remote_incoming_window = window if window > 0 else 0
         self.connection.write_frames(frames)
 
     def take_delivery_id(self) -> int:
