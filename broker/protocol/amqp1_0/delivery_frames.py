@@ -31,7 +31,7 @@ from .definitions import Header
 from .encoding import FALSE, TRUE, enc_uint, encode
 from .values import DecodeError
 
-__all__ = ["transfer_frame", "payload_as_received", "received_header", "TAG"]
+__all__ = ["transfer_frame", "accepted_frame", "payload_as_received", "received_header", "TAG"]
 
 _FRAME_HEADER: Final = Struct(">IBBH").pack
 #: a delivery id as 8 octets (the tests' delivery tag)
@@ -64,6 +64,21 @@ def transfer_frame(channel: int, handle: int, delivery_id: int, tag: bytes, sett
     return b"".join((_FRAME_HEADER(size, 2, 0, channel), _TRANSFER,
                      bytes((len(h) + len(d) + 2 + t + 3, 5)), h, d, bytes((_VBIN8_CODE, t)), tag,
                      _FORMAT_0, TRUE if settled else FALSE, payload))
+
+
+_ACCEPTED_TAIL: Final = b"\x41\x00\x53\x24\x45"       # settled true, state accepted (list0)
+_DISPOSITION: Final = b"\x00\x53\x15\xc0"              # descriptor of disposition, then a list8
+
+
+def accepted_frame(channel: int, first: int, last: int | None) -> bytes:
+    """The broker's ``disposition`` settling deliveries ``first``..``last`` it received (role
+    receiver) as accepted: the bytes of ``encode_frame(Disposition(role=True, first=first,
+    last=last, settled=True, state=Accepted()), channel)``, written directly."""
+    f = enc_uint(first)
+    la = enc_uint(last)
+    size = len(f) + len(la) + 7
+    return b"".join((_FRAME_HEADER(size + 13, 2, 0, channel), _DISPOSITION, bytes((size, 5)), TRUE, f, la,
+                     _ACCEPTED_TAIL))
 
 
 # -- the payload of a message kept as received ------------------------------------------------

@@ -18,8 +18,9 @@ from broker import errors
 
 from .composite import Performative
 from .conditions import AmqpErrorCondition, ProtocolFault, Scope, SessionErrorCondition, error_of
-from .definitions import (Accepted, Attach, Begin, Coordinator, Detach, Disposition, End, Error, Flow, Rejected,
+from .definitions import (Attach, Begin, Coordinator, Detach, Disposition, End, Error, Flow, Rejected,
                           Transfer)
+from .delivery_frames import accepted_frame
 from .outcome_runs import apply_outcomes, id_ranges
 from .transactions import SessionTransactions
 from .values import Symbol
@@ -38,7 +39,6 @@ INCOMING_WINDOW = 4096
 OUTGOING_WINDOW = 0x7FFFFFFF
 HANDLE_MAX = 1023
 _SERIAL = 0xFFFFFFFF
-_ACCEPTED = Accepted()
 
 
 class Session:
@@ -264,8 +264,8 @@ class Session:
             self._send_accepted(first, last)
 
     def _send_accepted(self, first: int, last: int) -> None:
-        self.send(Disposition(role=True, first=first, last=last if last != first else None, settled=True,
-                              state=_ACCEPTED))
+        if not self.ended and self.connection.is_open:          # as send() would
+            self.connection.write_frames((accepted_frame(self.channel, first, last if last != first else None),))
 
     # -- output and dispatch -----------------------------------------------------------------
     def can_send(self) -> bool:
