@@ -127,17 +127,25 @@ TransferFields = tuple[int, int, bytes, int | None, bool | None, bool, int]
 
 def usual_transfer_fields(body: bytes) -> TransferFields | None:
     """The fields of a transfer frame body as clients usually encode it, read without the generic
-    field readers: a list8 of handle, delivery-id, delivery-tag (vbin8), then message-format,
+    field readers: a list8 or list32 of handle, delivery-id, delivery-tag (vbin8), then message-format,
     settled and more or fewer of them, each in its usual encoding; None for anything else (the
     generated decoder then reads it, or says what is wrong)."""
     end = len(body)
-    if end < 7 or body[0] != 0x00 or body[1] != 0x53 or body[2] != _TRANSFER or body[3] != 0xc0:
+    if end < 7 or body[0] != 0x00 or body[1] != 0x53 or body[2] != _TRANSFER:
         return None
-    e = 5 + body[4]
-    count = body[5]
-    if e > end or count < 3 or count > 6 or e - 6 < count:
+    if body[3] == 0xc0:                               # list8 (proton, Qpid JMS, the broker's own codec)
+        e = 5 + body[4]
+        count = body[5]
+        o = 6
+    elif body[3] == 0xd0 and end >= 12:               # list32 (rhea)
+        e = 8 + _U32(body, 4)[0]
+        count = _U32(body, 8)[0]
+        o = 12
+    else:
         return None
-    handle, o = _uint(body, 6, e)
+    if e > end or count < 3 or count > 6 or e - o < count:
+        return None
+    handle, o = _uint(body, o, e)
     if o < 0:
         return None
     delivery_id, o = _uint(body, o, e)
