@@ -13,6 +13,7 @@ two engines (``receive_data`` and ``data_to_send``), per message::
     python bench/amqp1_0_path.py --one [--count 20000] [--batch 64]   # this PYTHONPATH, JSON
     python bench/amqp1_0_path.py --old ../other-checkout [--rounds 5]  # A/B, as message_path.py
     python bench/amqp1_0_path.py --profile [--count 50000]            # cProfile of one run
+    ... --list32        # the client's transfers encoded as rhea writes them (list32, not list8)
 
 ``transient_us`` is the path above; ``frames_us`` only the frame and codec work
 (decoding the frames of a batch of transfers and encoding as many transfers),
@@ -44,6 +45,10 @@ def _declare(host: Any) -> None:
         host.namespace.declare_queue("q")
 
 
+#: write the transfers as rhea does: the performative a list32, not a list8 (``--list32``)
+LIST32 = os.environ.get("AMQP1_PATH_LIST32") == "1"
+
+
 def _frames(payload: bytes, first: int, count: int) -> bytes:
     """``count`` transfer frames (delivery ids from ``first``) as a client writes them."""
     import struct
@@ -51,9 +56,13 @@ def _frames(payload: bytes, first: int, count: int) -> bytes:
     from broker.protocol.amqp1_0.definitions import Transfer
     from broker.protocol.amqp1_0.framing import encode_frame
 
-    return b"".join(encode_frame(Transfer(handle=0, delivery_id=i, delivery_tag=struct.pack(">I", i),
-                                          message_format=0, settled=False), 0, payload)
-                    for i in range(first, first + count))
+    frames = [encode_frame(Transfer(handle=0, delivery_id=i, delivery_tag=struct.pack(">I", i),
+                                    message_format=0, settled=False), 0, payload)
+              for i in range(first, first + count)]
+    if LIST32:                  # frame header, descriptor, list32 size and count, the same fields
+        frames = [struct.pack(">I", len(f) + 6) + f[4:11] + b"\xd0" + struct.pack(">II", f[12] + 3, f[13]) + f[14:]
+                  for f in frames]
+    return b"".join(frames)
 
 
 def _transient(count: int, batch: int) -> float:
@@ -189,8 +198,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=64, help="transfers per socket read")
     parser.add_argument("--one", action="store_true", help="one round, JSON out")
     parser.add_argument("--profile", action="store_true", help="cProfile one transient run")
+    parser.add_argument("--list32", action="store_true",
+                        help="the client's transfers as rhea writes them (list32 performatives)")
     parser.add_argument("--root", type=Path, default=None, help="(internal) the checkout to import")
     args = parser.parse_args(argv)
+    if args.list32:
+        global LIST32
+        LIST32 = True
+        os.environ["AMQP1_PATH_LIST32"] = "1"     # for the --old/--new subprocesses too
     if args.root is not None:
         sys.path.insert(0, str(args.root))
     if args.profile:

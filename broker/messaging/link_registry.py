@@ -65,7 +65,7 @@ import heapq
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -389,6 +389,12 @@ class LinkRegistry:
 
     def settled(self, link: Link, tag: bytes) -> None:
         if link.unsettled.pop(tag, None) is not None and link.terminus.keeps_unsettled:
+            self._save(link)
+
+    def settled_many(self, link: Link, tags: Iterable[bytes]) -> None:
+        """:meth:`settled` for several tags, stored once."""
+        pop = link.unsettled.pop
+        if [tag for tag in tags if pop(tag, None) is not None] and link.terminus.keeps_unsettled:
             self._save(link)
 
     def replace_unsettled(self, link: Link, unsettled: Mapping[bytes, bytes]) -> None:

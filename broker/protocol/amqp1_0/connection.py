@@ -46,6 +46,7 @@ from .definitions import (MIN_MAX_FRAME_SIZE, Begin, Close, End, Error, Open, Sa
                           SaslInit, SaslMechanisms, SaslOutcome, SaslResponse)
 from .framing import AMQP_HEADER, EMPTY_FRAME, SASL_HEADER, TYPE_AMQP, TYPE_SASL, FramingError, encode_frame
 from .incoming_frames import BodyReader, performative_of
+from .transfer_arrival import whole_transfer
 from .values import DecodeError, Symbol
 
 log = logging.getLogger(__name__)
@@ -308,6 +309,8 @@ class AmqpConnection10(OutputQueue):
                 continue                      # a heartbeat
             if frame_type != TYPE_AMQP:
                 raise DecodeError(f"frame of type 0x{frame_type:02x} after the SASL exchange", 0)
+            if self.state is State.OPEN and whole_transfer(self, channel, body):
+                continue                      # a whole delivery in one usual transfer (.transfer_arrival)
             performative, payload = performative_of(frame_type, channel, body)
             self._performative(channel, performative, payload)
 
@@ -420,10 +423,10 @@ class AmqpConnection10(OutputQueue):
         if wake:
             self.on_output()
 
-    def write_frames(self, frames: list[bytes]) -> None:
+    def write_frames(self, frames: list[bytes] | tuple[bytes]) -> None:
         wake = not self._out
         self._out.extend(frames)
-        self._out_bytes += sum(map(len, frames))
+        self._out_bytes += sum(map(len, frames)) if len(frames) > 1 else len(frames[0])
         if wake:
             self.on_output()
 

@@ -31,7 +31,7 @@ from .definitions import Header
 from .encoding import FALSE, TRUE, enc_uint, encode
 from .values import DecodeError
 
-__all__ = ["transfer_frame", "payload_as_received", "received_header", "TAG"]
+__all__ = ["transfer_frame", "accepted_frame", "payload_as_received", "received_header", "TAG"]
 
 _FRAME_HEADER: Final = Struct(">IBBH").pack
 #: a delivery id as 8 octets (the tests' delivery tag)
@@ -64,6 +64,21 @@ def transfer_frame(channel: int, handle: int, delivery_id: int, tag: bytes, sett
     return b"".join((_FRAME_HEADER(size, 2, 0, channel), _TRANSFER,
                      bytes((len(h) + len(d) + 2 + t + 3, 5)), h, d, bytes((_VBIN8_CODE, t)), tag,
                      _FORMAT_0, TRUE if settled else FALSE, payload))
+
+
+_ACCEPTED_TAIL: Final = b"\x41\x00\x53\x24\x45"       # settled true, state accepted (list0)
+_DISPOSITION: Final = b"\x00\x53\x15\xc0"              # descriptor of disposition, then a list8
+
+
+def accepted_frame(channel: int, first: int, last: int | None) -> bytes:
+    """The broker's ``disposition`` settling deliveries ``first``..``last`` it received (role
+    receiver) as accepted: the bytes of ``encode_frame(Disposition(role=True, first=first,
+    last=last, settled=True, state=Accepted()), channel)``, written directly."""
+    f = enc_uint(first)
+    la = enc_uint(last)
+    size = len(f) + len(la) + 7
+    return b"".join((_FRAME_HEADER(size + 13, 2, 0, channel), _DISPOSITION, bytes((size, 5)), TRUE, f, la,
+                     _ACCEPTED_TAIL))
 
 
 # -- the payload of a message kept as received ------------------------------------------------
@@ -120,19 +135,15 @@ def _rewritten_header(header: bytes, delivery_count: int, first_acquirer: bool) 
     return out
 
 
-def payload_as_received(native: bytes, body: bytes, delivery_count: int, first_acquirer: bool) -> bytes | None:
-    """The transfer payload of a 1.0 message kept as (``native``, ``body``), without broker
-    annotations, whose body is one data section; None for anything else.
+#: native metadata -> (header section, where the sections after it start, where the footer starts)
+#: in it, or None where :func:`payload_as_received` does not apply
+_LAYOUTS: dict[bytes, tuple[bytes, int, int] | None] = {}
+_LAYOUTS_MAX: Final = 4096
 
-    ``native`` is the layout octet and the metadata sections as received
-    (:mod:`.message_format`): header, message-annotations, properties,
-    application-properties, footer, each optional, in that order.  The payload
-    is the header with ``delivery_count`` and ``first_acquirer`` set, the
-    sections up to the footer as they are, the body as a data section, the
-    footer.
-    """
-    if not native:
-        return None
+
+def _layout(native: bytes) -> tuple[bytes, int, int] | None:
+    """Where the header, the sections after it and the footer are in ``native``; None unless it is
+    the layout octet of one data section's body followed by the known metadata sections in order."""
     layout = native[0]
     if layout != _VBIN8 and layout != _VBIN32:
         return None
@@ -159,11 +170,41 @@ def payload_as_received(native: bytes, body: bytes, delivery_count: int, first_a
             if code == _FOOTER:
                 footer = o
             o = skip(native, o + 3, end)
+    except DecodeError:
+        return None                                     # the generic path says what is wrong
+    return header, start, footer
+
+
+def payload_as_received(native: bytes, body: bytes, delivery_count: int, first_acquirer: bool) -> bytes | None:
+    """The transfer payload of a 1.0 message kept as (``native``, ``body``), without broker
+    annotations, whose body is one data section; None for anything else.
+
+    ``native`` is the layout octet and the metadata sections as received
+    (:mod:`.message_format`): header, message-annotations, properties,
+    application-properties, footer, each optional, in that order.  The payload
+    is the header with ``delivery_count`` and ``first_acquirer`` set, the
+    sections up to the footer as they are, the body as a data section, the
+    footer.  Where the sections are in ``native`` comes from a bounded cache:
+    messages from one publisher usually share their metadata bytes.
+    """
+    if not native:
+        return None
+    try:
+        found = _LAYOUTS[native]
+    except KeyError:
+        found = _layout(native)
+        if len(_LAYOUTS) >= _LAYOUTS_MAX:
+            _LAYOUTS.clear()
+        _LAYOUTS[native] = found
+    if found is None:
+        return None
+    header, start, footer = found
+    try:
         new_header = _rewritten_header(header, delivery_count, first_acquirer)
     except DecodeError:
         return None                                     # the generic path says what is wrong
     size = len(body)
-    if layout == _VBIN8 and size <= 255:
+    if native[0] == _VBIN8 and size <= 255:
         data = (_DATA_HEADER, b"\xa0", bytes((size,)))
     else:
         data = (_DATA_HEADER, b"\xb0", _U32(size))

@@ -30,7 +30,7 @@ from .definitions import Disposition, Flow, Transfer
 from .framing import FRAME_HEADER_SIZE, TYPE_AMQP, Frame, FrameReader
 from .values import DecodeError
 
-__all__ = ["BodyReader", "performative_of"]
+__all__ = ["BodyReader", "performative_of", "usual_transfer_fields", "TransferFields"]
 
 _UNPACK_HEADER: Final = Struct(">IBBH").unpack_from
 _TRANSFER: Final = Transfer.CODE
@@ -120,19 +120,32 @@ def _boolean(body: bytes, o: int, e: int) -> int:
     return -1
 
 
-def _usual_transfer(body: bytes) -> tuple[Performative, bytes] | None:
-    """A transfer as clients usually encode it, decoded without the generic field readers:
-    a list8 of handle, delivery-id, delivery-tag (vbin8), then message-format, settled and
-    more or fewer of them, each in its usual encoding; None for anything else (the generated
-    decoder then reads it, or says what is wrong)."""
+#: a usual transfer's fields: handle, delivery-id, delivery-tag, message-format, settled, more,
+#: and where its payload starts in the frame body
+TransferFields = tuple[int, int, bytes, int | None, bool | None, bool, int]
+
+
+def usual_transfer_fields(body: bytes) -> TransferFields | None:
+    """The fields of a transfer frame body as clients usually encode it, read without the generic
+    field readers: a list8 or list32 of handle, delivery-id, delivery-tag (vbin8), then message-format,
+    settled and more or fewer of them, each in its usual encoding; None for anything else (the
+    generated decoder then reads it, or says what is wrong)."""
     end = len(body)
-    if end < 7 or body[3] != 0xc0:
+    if end < 7 or body[0] != 0x00 or body[1] != 0x53 or body[2] != _TRANSFER:
         return None
-    e = 5 + body[4]
-    count = body[5]
-    if e > end or count < 3 or count > 6 or e - 6 < count:
+    if body[3] == 0xc0:                               # list8 (proton, Qpid JMS, the broker's own codec)
+        e = 5 + body[4]
+        count = body[5]
+        o = 6
+    elif body[3] == 0xd0 and end >= 12:               # list32 (rhea)
+        e = 8 + _U32(body, 4)[0]
+        count = _U32(body, 8)[0]
+        o = 12
+    else:
         return None
-    handle, o = _uint(body, 6, e)
+    if e > end or count < 3 or count > 6 or e - o < count:
+        return None
+    handle, o = _uint(body, o, e)
     if o < 0:
         return None
     delivery_id, o = _uint(body, o, e)
@@ -158,6 +171,15 @@ def _usual_transfer(body: bytes) -> tuple[Performative, bytes] | None:
     settled, more = flags
     if o != e:
         return None
+    return handle, delivery_id, tag, message_format, settled, bool(more), e  # type: ignore[return-value]
+
+
+def _usual_transfer(body: bytes) -> tuple[Performative, bytes] | None:
+    """The Transfer of :func:`usual_transfer_fields`, and its payload; None where that is None."""
+    fields = usual_transfer_fields(body)
+    if fields is None:
+        return None
+    handle, delivery_id, tag, message_format, settled, more, e = fields
     m = new(Transfer)
     s = _SET
     s[0](m, handle)
@@ -165,7 +187,7 @@ def _usual_transfer(body: bytes) -> tuple[Performative, bytes] | None:
     s[2](m, tag)
     s[3](m, message_format)
     s[4](m, settled)
-    s[5](m, bool(more))
+    s[5](m, more)
     s[6](m, None)
     s[7](m, None)
     s[8](m, False)

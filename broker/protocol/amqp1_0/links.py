@@ -58,7 +58,7 @@ from .receipts import Receipts
 from .receiver_options import (SELECTOR_DESCRIPTORS, answer_source, binding_key_of, checked_selector,
                                consumer_priority, selector_text)
 from .resume import peer_unsettled, reconcile_receiving, reconcile_sending, unsettled_field
-from .settlement import NULL_STATE, SND_SETTLED, negotiated_modes, receiver_settles_second
+from .settlement import NULL_STATE, RCV_SECOND, SND_SETTLED, negotiated_modes, receiver_settles_second
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -254,6 +254,13 @@ class LinkEndpoint10:
         if flow.echo:
             self.send_flow()
 
+    def takes_whole(self, size: int) -> bool:
+        """Whether :meth:`whole_delivery` may take a delivery of ``size`` bytes in one transfer now."""
+        return False
+
+    def whole_delivery(self, delivery_id: int, tag: bytes, settled: bool, payload: bytes) -> None:
+        raise NotImplementedError                # only where takes_whole says yes
+
     def send_flow(self, **fields: Any) -> None:
         raise NotImplementedError
 
@@ -382,6 +389,19 @@ class ReceivingLink(LinkEndpoint10):
         parts, self._parts, self._delivery_id = self._parts, [], None
         if not (self._resume and self.receipts.resumed(delivery_id, self._tag, settled, self._second)):
             self._publish(delivery_id, settled, parts[0] if len(parts) == 1 else b"".join(parts), self._state)
+        self._renew_credit()
+
+    def takes_whole(self, size: int) -> bool:
+        return (self._delivery_id is None and self.credit > 0 and not self.incomplete_sent and not self.detached
+                and self.rcv_settle_mode != RCV_SECOND and size <= self.max_message_size)
+
+    def whole_delivery(self, delivery_id: int, tag: bytes, settled: bool, payload: bytes) -> None:
+        """:meth:`transfer` of a delivery in one usual transfer (no more, state, resume or abort)."""
+        self._second = False
+        self.credit -= 1
+        self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
+        self._tag, self._resume, self._settled, self._state = tag, False, settled, None
+        self._publish(delivery_id, settled, payload)
         self._renew_credit()
 
     def _renew_credit(self) -> None:
@@ -585,13 +605,13 @@ class SendingLink(LinkEndpoint10):
     def deliver(self, entry: QueueEntry) -> None:
         session = self.session
         delivery_id = session.take_delivery_id()
-        payload = transfer_payload(entry.message, delivery_count=entry.delivery_count,
-                                   first_acquirer=entry.delivery_count == 0)
+        count = entry.delivery_count
+        payload = transfer_payload(entry.message, delivery_count=count, first_acquirer=count == 0)
         tag = self._tag_prefix + _TAG.pack(delivery_id)
         frame = transfer_frame(session.channel, self.handle, delivery_id, tag, self.no_ack, payload,
                                self.connection.max_frame_size)
         if frame is not None:
-            frames = [frame]
+            frames: list[bytes] | tuple[bytes] = (frame,)
         else:
             transfer = Transfer(handle=self.handle, delivery_id=delivery_id, delivery_tag=tag,
                                 message_format=0, settled=self.no_ack)

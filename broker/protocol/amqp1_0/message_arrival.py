@@ -32,6 +32,7 @@ _LISTS: Final = frozenset((0x45, 0xc0, 0xd0))
 _MAPS: Final = frozenset((0xc1, 0xd1))
 _HEADER: Final = b"\x00\x53\x70"
 _DATA: Final = 0x75
+_DATA_SECTION: Final = b"\x00\x53\x75"
 _FOOTER: Final = b"\x00\x53\x78"
 #: the sections that may come between the header and the body, in their order, and the
 #: constructors their values may have: message-annotations, properties, application-properties
@@ -62,31 +63,35 @@ def light_properties(section: bytes, header: Header | None) -> MessageProperties
     return light
 
 
+#: the metadata before the body of the last payload split in full: (those bytes, the header
+#: section, its value, native bytes by layout octet for a payload without a footer)
+_Prefix = tuple[bytes, bytes, "Header | None", dict[int, bytes]]
+_LAST: list[_Prefix] = [(b"\x01", b"", None, {})]      # matches no payload (a section starts with 0x00)
+
+
 def split_as_received(payload: bytes) -> tuple[bytes, bytes, bytes, Header | None] | None:
-    """``(native, body, header section, header)`` of a payload of the usual shape, else None."""
+    """``(native, body, header section, header)`` of a payload of the usual shape, else None.
+
+    Messages from one publisher usually carry the same sections before the
+    body: a payload that begins with the bytes the last full split found
+    there, then a data section, is split from there on (the same checks
+    passed on the same bytes), and messages without a footer share one
+    native object.
+    """
     end = len(payload)
-    o = 0
-    header = None
-    section = b""
+    last = _LAST[0]
+    prefix = last[0]
+    o = len(prefix)
+    if payload.startswith(prefix) and o + 4 <= end and payload.startswith(_DATA_SECTION, o):
+        section, header, natives = last[1], last[2], last[3]
+    else:
+        found = _metadata_end(payload, end)
+        if found is None:
+            return None
+        o, section, header = found
+        natives = {}
+        _LAST[0] = (payload[:o], section, header, natives)
     try:
-        if payload.startswith(_HEADER):
-            if end <= 3 or payload[3] not in _LISTS:
-                return None
-            o = skip(payload, 3, end)
-            section = payload[:o]
-            header = received_header(section)
-        last = 0x70
-        while True:
-            if o + 4 > end or payload[o] != 0x00 or payload[o + 1] != 0x53:
-                return None
-            code = payload[o + 2]
-            if code == _DATA:
-                break
-            allowed = _BEFORE_BODY.get(code)
-            if allowed is None or code <= last or payload[o + 3] not in allowed:
-                return None
-            last = code
-            o = skip(payload, o + 3, end)
         data = o
         constructor = payload[o + 3]
         if constructor == 0xa0:
@@ -107,4 +112,39 @@ def split_as_received(payload: bytes) -> tuple[bytes, bytes, bytes, Header | Non
             return None
     except DecodeError:
         return None
-    return bytes((constructor,)) + payload[:data] + payload[stop:], payload[value:stop], section, header
+    if stop == end:
+        native = natives.get(constructor)
+        if native is None:
+            native = natives[constructor] = bytes((constructor,)) + payload[:data]
+    else:
+        native = bytes((constructor,)) + payload[:data] + payload[stop:]
+    return native, payload[value:stop], section, header
+
+
+def _metadata_end(payload: bytes, end: int) -> tuple[int, bytes, Header | None] | None:
+    """(where the data section starts, the header section, its value) of a payload whose sections
+    before the body are the usual ones, in order, each well formed; None for anything else."""
+    o = 0
+    header = None
+    section = b""
+    try:
+        if payload.startswith(_HEADER):
+            if end <= 3 or payload[3] not in _LISTS:
+                return None
+            o = skip(payload, 3, end)
+            section = payload[:o]
+            header = received_header(section)
+        last = 0x70
+        while True:
+            if o + 4 > end or payload[o] != 0x00 or payload[o + 1] != 0x53:
+                return None
+            code = payload[o + 2]
+            if code == _DATA:
+                return o, section, header
+            allowed = _BEFORE_BODY.get(code)
+            if allowed is None or code <= last or payload[o + 3] not in allowed:
+                return None
+            last = code
+            o = skip(payload, o + 3, end)
+    except DecodeError:
+        return None

@@ -18,8 +18,10 @@ from broker import errors
 
 from .composite import Performative
 from .conditions import AmqpErrorCondition, ProtocolFault, Scope, SessionErrorCondition, error_of
-from .definitions import (Accepted, Attach, Begin, Coordinator, Detach, Disposition, End, Error, Flow, Rejected,
+from .definitions import (Attach, Begin, Coordinator, Detach, Disposition, End, Error, Flow, Rejected,
                           Transfer)
+from .delivery_frames import accepted_frame
+from .outcome_runs import apply_outcomes, id_ranges
 from .transactions import SessionTransactions
 from .values import Symbol
 
@@ -37,7 +39,6 @@ INCOMING_WINDOW = 4096
 OUTGOING_WINDOW = 0x7FFFFFFF
 HANDLE_MAX = 1023
 _SERIAL = 0xFFFFFFFF
-_ACCEPTED = Accepted()
 
 
 class Session:
@@ -155,6 +156,28 @@ class Session:
             link.transfer(transfer, payload)
         except errors.BrokerError as exc:
             link.close_with(error_of(exc))
+        self._reopen_window()
+
+    def whole_transfer(self, handle: int, delivery_id: int, tag: bytes, settled: bool, payload: bytes) -> bool:
+        """A whole delivery in one usual transfer frame (:mod:`.transfer_arrival`), taken as
+        :meth:`performative` takes it; False, with nothing done, where that path must decide
+        (the session ending, its window closed, a link that is not a plain receiving one)."""
+        link = self.links.get(handle)
+        if link is None or self.ending or self.incoming_remaining <= 0 or not link.takes_whole(len(payload)):
+            return False
+        self.incoming_remaining -= 1
+        self.next_incoming_id = (self.next_incoming_id + 1) & _SERIAL
+        try:
+            try:
+                link.whole_delivery(delivery_id, tag, settled, payload)
+            except errors.BrokerError as exc:
+                link.close_with(error_of(exc))
+            self._reopen_window()
+        except ProtocolFault as fault:
+            self.fault(fault)
+        return True
+
+    def _reopen_window(self) -> None:
         if self.incoming_remaining <= INCOMING_WINDOW // 2 and not self.ending:
             self.incoming_remaining = INCOMING_WINDOW
             self.send(self.flow())
@@ -184,11 +207,21 @@ class Session:
                 ids = [(first + i) & _SERIAL for i in range(((last - first) & _SERIAL) + 1)]
             else:
                 ids = [i for i in unsettled if (i - first) & _SERIAL <= (last - first) & _SERIAL]
-            for delivery_id in ids:
-                item = unsettled.pop(delivery_id, None) if disposition.settled else unsettled.get(delivery_id)
+            state, settled = disposition.state, disposition.settled
+            take = unsettled.pop if settled else unsettled.get
+            run_link: SendingLink | None = None
+            run: list[tuple[int, QueueEntry]] = []
+            for delivery_id in ids:             # each link's consecutive deliveries as one run
+                item = take(delivery_id, None)
                 if item is not None:
                     sender, entry = item
-                    sender.outcome(delivery_id, entry, disposition.state, disposition.settled)
+                    if sender is not run_link:
+                        if run_link is not None:
+                            apply_outcomes(run_link, run, state, settled)
+                        run_link, run = sender, []
+                    run.append((delivery_id, entry))
+            if run_link is not None:
+                apply_outcomes(run_link, run, state, settled)
         elif disposition.settled:                 # the peer sends: it settles deliveries it sent us
             for endpoint in self.links.values():
                 endpoint.peer_settled(first, last)
@@ -227,26 +260,23 @@ class Session:
         ids, self._accepted = self._accepted, []
         if not ids or not self._may_send():
             return
-        first = last = ids[0]
-        for delivery_id in ids[1:]:
-            if delivery_id != (last + 1) & _SERIAL:
-                self._send_accepted(first, last)
-                first = delivery_id
-            last = delivery_id
-        self._send_accepted(first, last)
+        for first, last in id_ranges(ids):
+            self._send_accepted(first, last)
 
     def _send_accepted(self, first: int, last: int) -> None:
-        self.send(Disposition(role=True, first=first, last=last if last != first else None, settled=True,
-                              state=_ACCEPTED))
+        if not self.ended and self.connection.is_open:          # as send() would
+            self.connection.write_frames((accepted_frame(self.channel, first, last if last != first else None),))
 
     # -- output and dispatch -----------------------------------------------------------------
     def can_send(self) -> bool:
         return self.remote_incoming_window > 0 and self.connection.writable and not self.ending \
             and self.connection.is_open
 
-    def send_transfer_frames(self, frames: list[bytes]) -> None:
-        self.next_outgoing_id = (self.next_outgoing_id + len(frames)) & _SERIAL
-        self.remote_incoming_window = max(self.remote_incoming_window - len(frames), 0)
+    def send_transfer_frames(self, frames: list[bytes] | tuple[bytes]) -> None:
+        count = len(frames)
+        self.next_outgoing_id = (self.next_outgoing_id + count) & _SERIAL
+        window = self.remote_incoming_window - count
+        self.remote_incoming_window = window if window > 0 else 0
         self.connection.write_frames(frames)
 
     def take_delivery_id(self) -> int:

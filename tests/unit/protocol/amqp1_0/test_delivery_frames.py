@@ -10,8 +10,9 @@ from hypothesis import given, settings, strategies as st
 
 from broker.messaging.message import Message, MessageProperties
 from broker.protocol.amqp1_0 import message_format
-from broker.protocol.amqp1_0.delivery_frames import TAG, payload_as_received, transfer_frame
-from broker.protocol.amqp1_0.framing import transfer_frames
+from broker.protocol.amqp1_0.definitions import Accepted, Disposition
+from broker.protocol.amqp1_0.delivery_frames import TAG, accepted_frame, payload_as_received, transfer_frame
+from broker.protocol.amqp1_0.framing import encode_frame, transfer_frames
 from broker.protocol.amqp1_0.message_format import FORMAT, message_from_transfer, transfer_payload
 from broker.protocol.amqp1_0.sections import encode_sections
 from broker.protocol.amqp1_0.types import (AmqpValue, ApplicationProperties, Data, DeliveryAnnotations, Footer,
@@ -177,3 +178,11 @@ def test_metadata_cut_at_every_offset_gives_the_generic_payload_or_none(monkeypa
         if fast is not None:
             assert fast == generic
         assert generic is not None or fast is None
+
+
+@pytest.mark.parametrize("channel", [0, 3, 0xFFFF])
+@pytest.mark.parametrize(("first", "last"), [(0, None), (0, 5), (5, 255), (255, 256), (300, 70_000),
+                                             (0xFFFFFFFF, None), (0xFFFFFFF0, 0xFFFFFFFF)])
+def test_the_accepted_frame_is_the_generic_disposition(channel: int, first: int, last: int | None) -> None:
+    assert accepted_frame(channel, first, last) == encode_frame(
+        Disposition(role=True, first=first, last=last, settled=True, state=Accepted()), channel)

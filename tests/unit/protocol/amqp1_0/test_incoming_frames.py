@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from broker.protocol.amqp1_0.framing import EMPTY_FRAME, TYPE_AMQP, TYPE_SASL, Frame, FrameReader, encode_frame
-from broker.protocol.amqp1_0.incoming_frames import BodyReader, performative_of
+from broker.protocol.amqp1_0.incoming_frames import BodyReader, performative_of, usual_transfer_fields
 from broker.protocol.amqp1_0.types import (Accepted, Attach, Begin, DecodeError, Disposition, Flow, Modified,
                                            Rejected, Released, SaslOutcome, Symbol, Transfer)
 
@@ -171,3 +171,32 @@ def test_the_usual_transfers_take_the_fast_path_and_decode_alike(transfer: Trans
     for i in range(3, len(body) - 6):                  # every octet of the performative altered
         for flip in (0x00, 0x40, 0x41, 0x52, 0x70, 0xa0, 0xff):
             agree(TYPE_AMQP, body[:i] + bytes((flip,)) + body[i + 1:])
+
+
+def as_list32(body: bytes) -> bytes:
+    """A performative body encoded as a list8 re-encoded as the list32 rhea writes."""
+    assert body[3] == 0xc0, body.hex()
+    size, count = body[4], body[5]
+    return body[:3] + b"\xd0" + struct.pack(">II", size + 3, count) + body[6:]
+
+
+@settings(max_examples=200, deadline=None)
+@given(transfer=transfers, payload=st.binary(max_size=40))
+def test_a_transfer_in_a_list32_decodes_as_the_generic_path_does(transfer: Transfer, payload: bytes) -> None:
+    body = encode_frame(transfer, 0, payload)[8:]
+    if body[3] != 0xc0:
+        return
+    wide = as_list32(body)
+    agree(TYPE_AMQP, wide)
+    for cut in range(len(wide) - len(payload)):
+        agree(TYPE_AMQP, wide[:cut])
+    for i in range(4, 12):                     # the size and the count, wrong
+        for flip in (0x00, 0x40, 0xff):
+            agree(TYPE_AMQP, wide[:i] + bytes((flip,)) + wide[i + 1:])
+
+
+def test_the_transfer_rhea_writes_takes_the_fast_path() -> None:
+    # rhea 3's transfer of delivery 300, tag "300", unsettled, then a payload (its bytes, as sent)
+    body = bytes.fromhex("005314d000000012000000064370" "0000012ca003333030434242") + b"PAYLOAD"
+    assert usual_transfer_fields(body) == (0, 300, b"300", 0, False, False, len(body) - 7)
+    agree(TYPE_AMQP, body)

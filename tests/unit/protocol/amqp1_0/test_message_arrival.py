@@ -109,3 +109,25 @@ def test_light_properties_are_shared_by_header_and_read_only_in_use() -> None:
                                     arrival=1.0)
     assert message.bare_properties() is not light            # a message keeps none of it
     assert (message.persistent, message.priority, message.expires_at) == (True, 6, 2.5)
+
+
+def test_a_payload_after_one_with_the_same_metadata_is_split_as_the_generic_path_splits_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sections before the body of the last full split are taken as found when the next payload
+    begins with them: whatever follows them, the message is the generic path's (or both refuse)."""
+    first = payload_of(Header(durable=True), None, None, None, b"a" * 10, None, False)
+    prefix = first[:first.index(b"\x00\x53\x75")]
+    followers = [
+        first, payload_of(Header(durable=True), None, None, None, b"b" * 300, None, True),
+        payload_of(Header(durable=True), None, None, None, b"c", FOOTERS[1], False),
+        payload_of(Header(durable=True), None, PROPS[1], None, b"d", None, False),   # more sections
+        prefix, prefix + b"\x00\x53\x75", prefix + b"\x00\x53\x75\xa0", prefix + b"\x00\x53\x75\xa0\x05ab",
+        prefix + b"\x00\x53\x75\xa1\x01a", prefix + b"\x00\x53\x75\xa0\x01a\x00\x53\x78",
+        payload_of(Header(durable=True), None, None, None, b"e", None, False) + b"\x40",
+    ]
+    for payload in followers:
+        split_as_received(first)                   # the prefix the next payload is checked against
+        assert arrive(payload) == arrive_generic(monkeypatch, payload), payload
+    split_as_received(first)
+    one, two = (message_from_transfer(first, exchange="", routing_key="q", arrival=0.0) for _ in range(2))
+    assert one.received_native() is two.received_native()    # the same metadata, one object
