@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from broker import errors
 from broker.messaging.flow_control import PublisherFlow
 from broker.messaging.link_registry import AttachKind, Attachment, Link, LinkKey
-from broker.messaging.link_terminus import ExpiryPolicy, Terminus, TerminusDurability
+from broker.messaging.link_terminus import Terminus
 from broker.messaging.selectors import compile_selector
 from broker.messaging.termini import LinkRole
 from broker.messaging.transaction import AutoCommitTransaction
@@ -46,17 +46,16 @@ from .conditions import AmqpErrorCondition, LinkErrorCondition, ProtocolFault, S
 from .definitions import (Accepted, Attach, Coordinator, Detach, Disposition, Error, Flow, Modified, Rejected,
                           Released, Source, Target, TransactionalState, Transfer)
 from .delivery_frames import transfer_frame
+from .terminus_fields import source_of, target_of, terminus_of
 from .dynamic_nodes import (TEMPORARY_QUEUE_PREFIX, answer_target, dynamic_source_fields, make_dynamic_node,
                             needs_node)
 from .framing import transfer_frames
 from .sections import MessageSections
-from .values import Described, Symbol
 
 from .encoding import encode
 from .message_format import message_from_transfer, transfer_payload
 from .receipts import Receipts
-from .receiver_options import (SELECTOR_DESCRIPTORS, answer_source, binding_key_of, checked_selector,
-                               consumer_priority, selector_text)
+from .receiver_options import answer_source, binding_key_of, checked_selector, consumer_priority
 from .resume import peer_unsettled, reconcile_receiving, reconcile_sending, unsettled_field
 from .settlement import NULL_STATE, RCV_SECOND, SND_SETTLED, negotiated_modes, receiver_settles_second
 
@@ -75,48 +74,6 @@ LINK_CREDIT = 1000
 _TAG = struct.Struct(">Q")
 #: bytes of a frame outside the attach: the frame header and room for incomplete-unsettled
 _ATTACH_FRAME_SLACK = 16
-
-
-# -- termini: the attach's source/target <-> the registry's Terminus ----------------------------
-
-def _terminus(node: Source | Target | None) -> Terminus | None:
-    if node is None:
-        return None
-    try:
-        policy = ExpiryPolicy(str(node.expiry_policy))
-    except ValueError:
-        raise ProtocolFault(AmqpErrorCondition.INVALID_FIELD, f"expiry-policy {node.expiry_policy!r}",
-                            Scope.LINK) from None
-    durable = TerminusDurability(min(max(int(node.durable), 0), 2))
-    address = node.address if node.address is None else str(node.address)
-    capabilities = node.capabilities
-    if isinstance(capabilities, str):
-        capabilities = [capabilities]
-    distribution = getattr(node, "distribution_mode", None)
-    return Terminus(address=address, durable=durable, expiry_policy=policy, timeout=node.timeout or None,
-                    dynamic=bool(node.dynamic),
-                    distribution_mode=str(distribution) if distribution is not None else None,
-                    selector=selector_text(getattr(node, "filter", None)),
-                    capabilities=tuple(str(c) for c in capabilities or ()))
-
-
-def _node_fields(terminus: Terminus) -> dict[str, Any]:
-    return {"address": terminus.address, "durable": int(terminus.durable),
-            "expiry_policy": Symbol(terminus.expiry_policy.value), "timeout": terminus.timeout or 0,
-            "dynamic": terminus.dynamic,
-            "capabilities": [Symbol(c) for c in terminus.capabilities] or None}
-
-
-def source_of(terminus: Terminus) -> Source:
-    filters = None
-    if terminus.selector is not None:
-        filters = {Symbol("jms-selector"): Described(Symbol(SELECTOR_DESCRIPTORS[0]), terminus.selector)}
-    return Source(distribution_mode=Symbol(terminus.distribution_mode) if terminus.distribution_mode else None,
-                  filter=filters, **_node_fields(terminus))
-
-
-def target_of(terminus: Terminus) -> Target:
-    return Target(**_node_fields(terminus))
 
 
 class LinkEndpoint10:
@@ -307,7 +264,7 @@ class ReceivingLink(LinkEndpoint10):
         self._revoked = 0                            # transfers the peer may have sent before it knew
 
     def requested_terminus(self) -> Terminus | None:
-        return _terminus(self.peer_attach.target)
+        return terminus_of(self.peer_attach.target)
 
     def established(self, attachment: Attachment) -> None:
         link = attachment.link
@@ -527,7 +484,7 @@ class SendingLink(LinkEndpoint10):
         self.binding_key: str | None = None              # from a legacy binding filter
 
     def requested_terminus(self) -> Terminus | None:
-        terminus = _terminus(self.peer_attach.source)
+        terminus = terminus_of(self.peer_attach.source)
         if terminus is not None and terminus.selector is not None:
             checked_selector(terminus.selector, self.handle)     # a bad one refuses the link
         return terminus

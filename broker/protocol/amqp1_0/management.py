@@ -44,7 +44,8 @@ from .conditions import AmqpErrorCondition, ProtocolFault, Scope
 from .definitions import (AmqpValue, ApplicationProperties, Attach, Error, Properties, Rejected, Source, Target,
                           Transfer)
 from .framing import transfer_frames
-from .links import LINK_CREDIT, LinkEndpoint10, ReceivingLink, SendingLink, source_of, target_of
+from .links import LINK_CREDIT, LinkEndpoint10, ReceivingLink, SendingLink
+from .terminus_fields import source_of, target_of
 from .message_format import message_from_transfer
 from .sections import DATA, MessageSections, encode_sections
 from .values import DecodeError, Int
