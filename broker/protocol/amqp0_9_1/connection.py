@@ -38,6 +38,7 @@ from broker.security.access_control import UNCHECKED, ConnectionAccess
 from . import access_checks
 from . import methods as m
 from .versions import SERVER_ONLY, VERSION_TABLES, method_ids, method_ids_table, server_properties
+from .held_frames import HeldFrames
 from .store_wait import StoreWaits
 from .codec import (FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD,
                     FRAME_MIN_SIZE, HEARTBEAT_FRAME, malformed_reason,
@@ -47,8 +48,6 @@ log = logging.getLogger(__name__)
 
 _FRAME_HEADER = struct.Struct(">BHI")
 _METHOD_ID = struct.Struct(">I")
-_BASIC_PUBLISH_ID = b"\x00\x3c\x00\x28"
-_CHANNEL_CLOSE_ID = b"\x00\x14\x00\x28"
 
 
 class State(enum.Enum):
@@ -121,9 +120,7 @@ class AmqpConnection(OutputQueue):
         #: what blocks this connection's publishing: an alarm, overfull queues it fed
         self.publisher_flow = PublisherFlow(self._flow_changed)
         self._told_blocked = False
-        self._held: list[tuple[int, int, bytes]] = []
-        self._held_channels: set[int] = set()
-        self._held_bytes = 0
+        self._held = HeldFrames()
         self._reading_paused = False
         #: channels whose later frames wait for a durable change to be stored (:mod:`.store_wait`)
         self.store_waits = StoreWaits()
@@ -164,7 +161,7 @@ class AmqpConnection(OutputQueue):
                     raise _Desynchronised(f"frame-end octet is 0x{buf[end]:02x}, expected 0xce")
                 payload = buf[o + 7:end]
                 o = end + 1
-                if channel and (self._told_blocked or self._held_channels or self.store_waits.held) \
+                if channel and (self._told_blocked or self._held or self.store_waits.held) \
                         and self._hold(ftype, channel, payload):
                     continue
                 self._frame(ftype, channel, payload)
@@ -206,7 +203,7 @@ class AmqpConnection(OutputQueue):
     def reading_paused(self) -> bool:
         """A blocked publisher is read only until its held frames reach :data:`HOLD_LIMIT`
         (likewise a connection whose channels wait for the store)."""
-        return self._held_bytes >= HOLD_LIMIT or self.store_waits.reading_paused
+        return self._held.size >= HOLD_LIMIT or self.store_waits.reading_paused
 
     def connection_lost(self) -> None:
         """The peer went away (EOF, reset, missed heartbeats): release everything."""
@@ -263,35 +260,19 @@ class AmqpConnection(OutputQueue):
             self._release_held()
 
     def _hold(self, ftype: int, channel: int, payload: bytes) -> bool:
-        """Hold back a blocked publisher's channel traffic; True when ``payload`` was held.
-
-        A channel is held from its first basic.publish while blocked, so its own
-        frames keep their order; other channels and channel 0 flow on.  A
-        channel.close on a held channel discards what was held there (publishes
-        never confirmed) and goes through, so a client can always shut down.
-        A channel waiting for the store holds all its frames (:mod:`.store_wait`).
-        """
+        """Hold back a blocked publisher's channel traffic (:mod:`.held_frames`); True when
+        ``payload`` was held.  A channel waiting for the store holds all its frames
+        (:mod:`.store_wait`)."""
         if channel in self.store_waits:
             self.store_waits.hold(ftype, channel, payload)
             self._reading_changed()
             return True
-        if not (self._told_blocked or self._held_channels):
+        if not (self._told_blocked or self._held):
             return False
-        if channel not in self._held_channels:
-            if not (ftype == FRAME_METHOD and payload[:4] == _BASIC_PUBLISH_ID):
-                return False
-            self._held_channels.add(channel)
-        elif ftype == FRAME_METHOD and payload[:4] == _CHANNEL_CLOSE_ID:
-            self._held_channels.discard(channel)
-            self._held = [f for f in self._held if f[1] != channel]
-            self._held_bytes = sum(len(f[2]) + 8 for f in self._held)
+        held = self._held.hold(ftype, channel, payload)
+        if held is None or (held and self._held.size >= HOLD_LIMIT and not self._reading_paused):
             self._reading_changed()
-            return False
-        self._held.append((ftype, channel, payload))
-        self._held_bytes += len(payload) + 8
-        if self._held_bytes >= HOLD_LIMIT and not self._reading_paused:
-            self._reading_changed()
-        return True
+        return bool(held)
 
     def _reading_changed(self) -> None:
         paused = self.reading_paused
@@ -300,15 +281,15 @@ class AmqpConnection(OutputQueue):
             self.on_event(PauseReading() if paused else ResumeReading())
 
     def _release_held(self) -> None:
-        self._held_channels.clear()
-        held, self._held, self._held_bytes = self._held, [], 0
+        held = self._held.take()
         self._reading_changed()
         try:
             for index, (ftype, channel, payload) in enumerate(held):
                 if self.state is not State.OPEN and self.state is not State.CLOSING:
                     break
                 if self._told_blocked:          # what was let through overfilled a queue again
-                    self._hold_again(held[index:])
+                    self._held.put_back(held[index:])
+                    self._reading_changed()
                     break
                 if channel in self.store_waits:
                     self.store_waits.hold(ftype, channel, payload)
@@ -320,12 +301,6 @@ class AmqpConnection(OutputQueue):
             log.exception("internal error on connection %s", self.id)
             self._connection_error(errors.InternalError(f"internal error: {exc!r}"))
         self._after_input()
-
-    def _hold_again(self, frames: list[tuple[int, int, bytes]]) -> None:
-        self._held.extend(frames)
-        self._held_channels.update(channel for _, channel, _ in frames)
-        self._held_bytes += sum(len(payload) + 8 for _, _, payload in frames)
-        self._reading_changed()
 
     def release_channel(self, number: int) -> None:
         """Channel ``number`` no longer waits for the store: process its held frames, up to its next wait."""

@@ -58,12 +58,12 @@ def test_wire_names_are_camel_case_unless_declared() -> None:
 
 def test_port_values_are_converted_from_json_strings(load: Loader) -> None:
     config = minimal_config()
-    config["ports"][0].update(protocols="AMQP_0_9_1, AMQP_0_8", transports='["TCP", "WS"]',
+    config["ports"][0].update(protocols="AMQP_0_9_1, AMQP_0_8", transports='["WS"]',
                               maxOpenConnections="10")
     port = load(config).broker.ports()[0]
     assert port.port == 5999
     assert port.protocols == [PortProtocol.AMQP_0_9_1, PortProtocol.AMQP_0_8]
-    assert port.transports == [Transport.TCP, Transport.WS]
+    assert port.transports == [Transport.WS]
     assert port.max_open_connections == 10
     assert port.attributes()["protocols"] == ["AMQP_0_9_1", "AMQP_0_8"]
 

@@ -30,8 +30,8 @@ def test_packaged_default_is_the_repository_file() -> None:
 
 
 def test_amqp_port_on_every_interface_with_every_implemented_protocol(system: SystemConfig) -> None:
-    [amqp] = [port for port in system.broker.ports("AMQP") if port.name == "AMQP"]
-    assert isinstance(amqp, AmqpPort)
+    amqp, amqps, websocket = system.broker.ports("AMQP")
+    assert isinstance(amqp, AmqpPort) and amqp.name == "AMQP" and websocket.name == "WebSocket"
     assert amqp.port == 5672
     assert amqp.binding_address == "" and amqp.local_host is None
     assert amqp.protocols == IMPLEMENTED_AMQP
@@ -91,11 +91,11 @@ def test_default_virtual_host(system: SystemConfig) -> None:
 def test_overrides_change_ports_and_data_dir(tmp_path: Path) -> None:
     system = load_system_config(None, {"deltamq.data_dir": str(tmp_path / "elsewhere"),
                                        "deltamq.amqp_port": "5673",
-                                       "deltamq.ws_port": "5674",
+                                       "deltamq.amqps_port": "5675", "deltamq.ws_port": "5674",
                                        "deltamq.http_port": "0"},
                                 namespace_factory=FakeNamespace)
     assert system.broker.ports("AMQP")[0].port == 5673
-    assert system.broker.ports("AMQP")[1].port == 5674
+    assert [port.port for port in system.broker.ports("AMQP")] == [5673, 5675, 5674]
     assert system.broker.ports("HTTP")[0].port == 0
     assert (tmp_path / "elsewhere" / "passwords").is_file()
 
