@@ -79,7 +79,12 @@ class PasswordFileAuthenticationProvider(AuthenticationProvider):
 
     @property
     def sasl_mechanisms(self) -> list[str]:
-        mechanisms = [*scram.MECHANISMS, "PLAIN", "AMQPLAIN"]
+        # SCRAM needs stored keys: a file whose users all predate them (an older release
+        # wrote it) offers SCRAM to no one, so clients that prefer it (Qpid JMS) use PLAIN
+        self.refresh()                          # a stat: the file changes under deltamq user
+        has_keys = any(self._scram.values()) or not self.password_file.exists()
+        mechanisms = [*scram.MECHANISMS] if has_keys else []
+        mechanisms += ["PLAIN", "AMQPLAIN"]
         if self.allow_anonymous:
             mechanisms.append("ANONYMOUS")
         return mechanisms

@@ -114,6 +114,17 @@ def test_a_user_from_before_scram_is_told_to_set_the_password_again(
     assert provider.authenticate("old", "timer", "10.0.0.5").name == "old"     # PLAIN works
 
 
+def test_a_file_whose_users_all_predate_scram_does_not_offer_it(
+        provider: PasswordFileAuthenticationProvider, tmp_path: Path) -> None:
+    assert provider.sasl_mechanisms[:2] == ["SCRAM-SHA-256", "SCRAM-SHA-1"]   # guest has keys
+    file = PasswordFile(tmp_path / "passwords")
+    file.save({"old": UserEntry(hash_password("timer"))})    # as an older release wrote it
+    provider.refresh()
+    assert provider.sasl_mechanisms == ["PLAIN", "AMQPLAIN"]   # Qpid JMS then picks PLAIN
+    provider.add_user("new", "pw")                             # a user with keys: offered again
+    assert provider.sasl_mechanisms[:2] == ["SCRAM-SHA-256", "SCRAM-SHA-1"]
+
+
 def test_an_unknown_user_is_answered_like_a_known_one(
         provider: PasswordFileAuthenticationProvider, caplog: pytest.LogCaptureFixture) -> None:
     def server_first(user: str) -> bytes:
