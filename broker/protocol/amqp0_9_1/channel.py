@@ -92,7 +92,7 @@ class Channel(TxMethods):
             m.BasicGet: self._basic_get,
             m.BasicQos: self._basic_qos,
             m.BasicRecover: self._basic_recover,
-            m.BasicRecoverAsync: self._basic_recover,
+            m.BasicRecoverAsync: self._basic_recover, m.BasicRecoverSync: self._basic_recover,
             m.ExchangeDeclare: self._exchange_declare,
             m.ExchangeDelete: self._exchange_delete,
             m.ExchangeBind: self._exchange_bind,
@@ -521,12 +521,13 @@ class Channel(TxMethods):
                 self.tx.reject(entry)
             self.connection.schedule_dispatch(entry.queue)
 
-    def _basic_recover(self, method: m.BasicRecover | m.BasicRecoverAsync) -> None:
+    def _basic_recover(self, method: m.BasicRecover | m.BasicRecoverAsync | m.BasicRecoverSync) -> None:
         # Both requeue=true and requeue=false put the messages back in their queues
         # (redelivered), so they reach this or another consumer again.
         self.release_unacked()
-        if isinstance(method, m.BasicRecover):
-            self.reply(m.BasicRecoverOk())
+        ok: Any = {m.BasicRecover: m.BasicRecoverOk, m.BasicRecoverSync: m.BasicRecoverSyncOk}.get(type(method))
+        if ok in self.connection._encoders:     # 0-9's basic.recover is asynchronous: it has no recover-ok
+            self.reply(ok())
 
     def release_unacked(self) -> None:
         taken = list(self.unacked.values())
