@@ -50,7 +50,7 @@ class Outcome:
     def failed(self) -> bool:
         return bool(self.artifacts) or self.returncode != 0
 
-    def report(self, hex_limit: int = 2048) -> str:
+    def report(self, hex_limit: int = 512) -> str:
         runs = "?" if self.runs is None else f"{self.runs:,}"
         if not self.failed:
             return f"{self.harness}: {runs} inputs in {self.seconds} s, no crash"

@@ -18,6 +18,8 @@ exceed it), send only frames a client can decode, and never send the error
 
 from __future__ import annotations
 
+from typing import Any
+
 from broker.protocol.amqp1_0.conditions import AmqpErrorCondition
 from broker.protocol.amqp1_0.definitions import (Accepted, AmqpValue, Attach, Begin, Close, Coordinator, Declare,
                                                  Detach, Discharge, Disposition, End, Flow, Open, Properties,
@@ -63,7 +65,7 @@ def one_input(data: bytes) -> None:
         client.server.connection_lost()
 
 
-def _transfer(delivery_id: int, payload: bytes, **fields: object) -> bytes:
+def _transfer(delivery_id: int, payload: bytes, **fields: Any) -> bytes:
     return encode_frame(Transfer(handle=SENDER, delivery_id=delivery_id, delivery_tag=bytes((delivery_id,)),
                                  message_format=0, **fields), 0, payload)
 

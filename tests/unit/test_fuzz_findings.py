@@ -7,15 +7,20 @@ behaviour is, in the protocol's terms.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from broker.messaging.selector_syntax import MAX_DIGITS
 from broker.messaging.selectors import SelectorError, compile_selector
 from broker.protocol.amqp0_9_1 import methods as m
+from broker.protocol.amqp0_9_1.codec import HEARTBEAT_FRAME
+from broker.protocol.amqp0_9_1.connection import State
 from broker.protocol.detect import AmqpVersion
 
 from .messaging.support import message
 
+from .protocol.amqp1_0.engine_client import Client10, Host10
 from .protocol.harness import Client, Delivery, FakeHost
 
 
@@ -33,7 +38,7 @@ def test_0_9_basic_recover_is_asynchronous_and_recover_sync_is_answered() -> Non
     assert c.take() == []
     c.send(1, m.BasicGet(queue="q"))
     [(_, again)] = c.take()
-    assert isinstance(again, Delivery) and again.method.redelivered
+    assert isinstance(again, Delivery) and isinstance(again.method, m.BasicGetOk) and again.method.redelivered
     c.send(1, m.BasicRecoverSync(requeue=True))
     assert c.take() == [(1, m.BasicRecoverSyncOk())]
     assert c.server.channels[1].unacked == {}
@@ -72,3 +77,39 @@ def test_exact_literals_up_to_the_limit_keep_their_exact_value() -> None:
     literal = "9" * MAX_DIGITS
     selector = compile_selector(f"a = {literal} AND b = 0x{'f' * MAX_DIGITS}")
     assert selector.matches(message(b"x", headers={"a": int(literal), "b": 16 ** MAX_DIGITS - 1}))
+
+
+def test_a_close_ok_behind_a_faulty_frame_in_the_same_read_ends_the_connection() -> None:
+    # the frames behind a faulty one used to stay unparsed until more bytes came: a close-ok
+    # there went unseen, and a large read was held whole, past frame-max
+    c = Client(FakeHost(frame_max=4096))
+    c.handshake()
+    c.open_channel(1)
+    declare = bytearray(c.encode(1, m.QueueDeclare(queue="q")))
+    declare[-5:-1] = b"\x00\x00\x10\x00"                 # the arguments table claims 4096 bytes
+    c.raw(bytes(declare) + HEARTBEAT_FRAME * 600 + c.encode(0, m.ConnectionCloseOk()))
+    [(_, close)] = c.take()
+    assert isinstance(close, m.ConnectionClose) and close.reply_code == 502
+    assert c.server.state is State.CLOSED and c.server._rest == b""
+
+
+def test_a_1_0_message_with_malformed_properties_reaches_a_0_9_1_consumer_without_them() -> None:
+    # kept as received (only its header is decoded on arrival), it failed the 0-9-1 consumer's
+    # delivery: the exception left the engine and the consumer's connection was dropped
+    payload = (Path(__file__).parents[2] / "fuzz" / "regressions" / "amqp1_0_sections"
+               / "properties-with-a-bad-timestamp-constructor-failed-the-0-9-1-view").read_bytes()
+    host = Host10()
+    host.namespace.declare_queue("q")
+    producer = Client10(host)
+    producer.handshake()
+    producer.begin()
+    producer.attach_sender("q")
+    producer.transfer(0, 0, payload)
+    consumer = Client(host)
+    consumer.handshake()
+    consumer.open_channel(1)
+    consumer.send(1, m.BasicConsume(queue="q", consumer_tag="t", no_ack=True))
+    [_, (_, delivery)] = consumer.take()
+    assert isinstance(delivery, Delivery) and delivery.body == b"ab"
+    assert delivery.properties.delivery_mode == 2 and delivery.properties.message_id is None
+    assert consumer.server.state is State.OPEN

@@ -107,12 +107,15 @@ def test_methods_round_trip_in_every_version(version: AmqpVersion, method: m.Met
 
 
 def _session(client: Client) -> bytes:
+    """Methods answered as they are read (a consumer's deliveries wait for the end of a read)."""
     e = client.encode
     return (e(1, m.QueueDeclare(queue="q", arguments={"x-max-length": 10}))
             + e(1, m.QueueBind(queue="q", exchange="amq.topic", routing_key="a.*"))
             + client.publish_bytes(1, "amq.topic", "a.b", b"x" * 5000, MessageProperties(headers={"h": [1]}),
                                    frame_max=4096)
-            + e(1, m.BasicConsume(queue="q", consumer_tag="t")) + e(1, m.BasicAck(delivery_tag=1))
+            + client.publish_bytes(1, "amq.topic", "a.c", b"", MessageProperties(priority=1))
+            + e(1, m.BasicGet(queue="q", no_ack=True)) + e(1, m.BasicGet(queue="q", no_ack=True))
+            + e(1, m.BasicGet(queue="q")) + e(1, m.QueuePurge(queue="q"))
             + e(1, m.ChannelClose(reply_code=200)) + e(0, m.ConnectionClose(reply_code=200)))
 
 
