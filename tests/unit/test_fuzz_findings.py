@@ -16,6 +16,9 @@ from broker.messaging.selectors import SelectorError, compile_selector
 from broker.protocol.amqp0_9_1 import methods as m
 from broker.protocol.amqp0_9_1.codec import HEARTBEAT_FRAME
 from broker.protocol.amqp0_9_1.connection import State
+from broker.protocol.amqp1_0.decoding import MAX_ZERO_WIDTH
+from broker.protocol.amqp1_0.types import (Array, Attach, DecodeError, Described, Detach, Target, ULong, decode,
+                                           encode)
 from broker.protocol.detect import AmqpVersion
 
 from .messaging.support import message
@@ -113,3 +116,31 @@ def test_a_1_0_message_with_malformed_properties_reaches_a_0_9_1_consumer_withou
     assert isinstance(delivery, Delivery) and delivery.body == b"ab"
     assert delivery.properties.delivery_mode == 2 and delivery.properties.message_id is None
     assert consumer.server.state is State.OPEN
+
+
+def test_an_attach_whose_source_is_not_a_source_refuses_the_link() -> None:
+    # the attach's source and target are "*" (any described value): one of another type reached
+    # the terminus code as if it were a source, an internal error that closed the connection
+    client = Client10(Host10())
+    client.handshake()
+    client.begin()
+    client.send(Attach(name="l", handle=0, role=True, source=Described(ULong(0xa8), ["q"]),
+                       target=Target(address="c")))
+    detach = client.expect(Detach)
+    assert detach.error.condition == "amqp:invalid-field" and "a value described by" in detach.error.description
+    assert client.server.is_open
+
+
+@pytest.mark.parametrize("count", [1, MAX_ZERO_WIDTH])
+def test_an_array_of_zero_width_elements_decodes_alone_as_in_a_larger_buffer(count: int) -> None:
+    # bounded by the buffer's length, such an array decoded only with enough bytes after it
+    value = Array("null", [None] * count)
+    assert decode(encode(value))[0] == value
+    assert decode(encode(value) + b"\x40" * 300)[0] == value
+
+
+def test_an_array_claiming_more_zero_width_elements_than_the_bound_is_refused_whatever_follows() -> None:
+    wire = b"\xf0\x00\x00\x00\x05\x00\x00\x01\x00\x40"              # array32 of 256 nulls
+    for tail in (b"", b"\x40" * 1000):
+        with pytest.raises(DecodeError, match="at most 255 take no bytes"):
+            decode(wire + tail)

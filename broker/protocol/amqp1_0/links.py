@@ -43,6 +43,7 @@ from .browsing import QueueBrowser, is_browser
 from .conditions import AmqpErrorCondition, LinkErrorCondition, ProtocolFault, Scope, error_of
 from .definitions import (Accepted, Attach, Coordinator, Detach, Disposition, Error, Flow, Modified, Rejected,
                           Released, Source, Target, TransactionalState, Transfer)
+from .decoding import describe
 from .delivery_frames import transfer_frame
 from .dynamic_nodes import answer_target, dynamic_source_fields, make_dynamic_node, needs_node
 from .framing import transfer_frames
@@ -79,6 +80,8 @@ _ATTACH_FRAME_SLACK = 16
 def _terminus(node: Source | Target | None) -> Terminus | None:
     if node is None:
         return None
+    if not isinstance(node, (Source, Target)):          # the attach's fields are "*": any described value
+        raise ProtocolFault(AmqpErrorCondition.INVALID_FIELD, f"a terminus that is {describe(node)}", Scope.LINK)
     try:
         policy = ExpiryPolicy(str(node.expiry_policy))
     except ValueError:
