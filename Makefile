@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test typecheck install bench bench-spark clean
+.PHONY: run test typecheck install bench bench-spark fuzz clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ bench: $(STAMP)
 
 bench-spark: $(STAMP)
 	$(BIN)/python -m bench.spark_participant
+
+# coverage-guided fuzzing of every decoder (docs/fuzzing.md): FUZZ_SECONDS per harness
+FUZZ_SECONDS ?= 60
+fuzz: $(STAMP)
+	$(BIN)/python -m fuzz.run --seconds $(FUZZ_SECONDS) $(FUZZ_ARGS)
 
 clean:
 	rm -rf $(VENV) data .pytest_cache

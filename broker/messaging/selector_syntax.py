@@ -36,7 +36,8 @@ escape exactly one character.
 Hostile input is bounded: at most :data:`MAX_LENGTH` characters, and at most
 :data:`MAX_DEPTH` levels of nesting in the tree (parentheses, ``NOT``, unary
 signs and chains of arithmetic all count), so neither parsing nor evaluation
-can exhaust the stack.
+can exhaust the stack; an exact numeric literal has at most :data:`MAX_DIGITS`
+digits (Python converts and shows integers of a few thousand digits at most).
 """
 
 from __future__ import annotations
@@ -46,11 +47,12 @@ from typing import Any, Final, Union
 
 from broker.errors import PreconditionFailed
 
-__all__ = ["SelectorError", "parse", "MAX_LENGTH", "MAX_DEPTH", "Node", "Literal", "Identifier",
+__all__ = ["SelectorError", "parse", "MAX_LENGTH", "MAX_DEPTH", "MAX_DIGITS", "Node", "Literal", "Identifier",
            "Negate", "Arithmetic", "Compare", "Logic", "Not", "Between", "In", "Like", "IsNull"]
 
 MAX_LENGTH: Final = 8192
 MAX_DEPTH: Final = 64
+MAX_DIGITS: Final = 1000
 
 KEYWORDS: Final = frozenset({"NOT", "AND", "OR", "BETWEEN", "LIKE", "ESCAPE", "IN", "IS",
                              "TRUE", "FALSE", "NULL"})
@@ -272,7 +274,7 @@ def _number(text: str, index: int) -> tuple[int | float, int]:
             end += 1
         if end == index + 2:
             raise SelectorError("hexadecimal literal without digits", start)
-        return int(text[index + 2:end], 16), _after_number(text, end, start)
+        return _exact(text[index + 2:end], 16, start), _after_number(text, end, start)
     end = digits(index)
     is_float = False
     if end < length and text[end] == ".":
@@ -293,8 +295,14 @@ def _number(text: str, index: int) -> tuple[int | float, int]:
     if literal != "0" and literal.startswith("0"):
         if not set(literal[1:]) <= _OCTAL:
             raise SelectorError(f"invalid octal literal {literal!r}", start)
-        return int(literal[1:], 8), _after_number(text, end, start)
-    return int(literal), _after_number(text, end, start)
+        return _exact(literal[1:], 8, start), _after_number(text, end, start)
+    return _exact(literal, 10, start), _after_number(text, end, start)
+
+
+def _exact(digits: str, base: int, start: int) -> int:
+    if len(digits) > MAX_DIGITS:
+        raise SelectorError(f"exact numeric literal of {len(digits)} digits is longer than {MAX_DIGITS}", start)
+    return int(digits, base)
 
 
 def _after_number(text: str, end: int, start: int) -> int:

@@ -36,8 +36,8 @@ from .confirms import ACK, NACK, ConfirmLedger, Outcome
 from .delivery import Subscription, deliver_frames, get_ok_frames, return_frames
 from .properties import FORMAT, decode_properties, encode_properties, parse_content_header
 from .replies import Reservation, ReplyOrder
-from .store_wait import when_stored
 from .sender_selected import route_sender_selected
+from .declarations import DeclarationMethods
 from .tx import PRODUCER_HEADER, Mode, TxMethods
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class Channel(TxMethods):
+class Channel(DeclarationMethods, TxMethods):
     def __init__(self, connection: AmqpConnection, number: int) -> None:
         self.connection = connection
         self.number = number
@@ -92,7 +92,7 @@ class Channel(TxMethods):
             m.BasicGet: self._basic_get,
             m.BasicQos: self._basic_qos,
             m.BasicRecover: self._basic_recover,
-            m.BasicRecoverAsync: self._basic_recover,
+            m.BasicRecoverAsync: self._basic_recover, m.BasicRecoverSync: self._basic_recover,
             m.ExchangeDeclare: self._exchange_declare,
             m.ExchangeDelete: self._exchange_delete,
             m.ExchangeBind: self._exchange_bind,
@@ -522,12 +522,13 @@ class Channel(TxMethods):
                 self.tx.reject(entry)
             self.connection.schedule_dispatch(entry.queue)
 
-    def _basic_recover(self, method: m.BasicRecover | m.BasicRecoverAsync) -> None:
+    def _basic_recover(self, method: m.BasicRecover | m.BasicRecoverAsync | m.BasicRecoverSync) -> None:
         # Both requeue=true and requeue=false put the messages back in their queues
         # (redelivered), so they reach this or another consumer again.
         self.release_unacked()
-        if isinstance(method, m.BasicRecover):
-            self.reply(m.BasicRecoverOk())
+        ok: Any = {m.BasicRecover: m.BasicRecoverOk, m.BasicRecoverSync: m.BasicRecoverSyncOk}.get(type(method))
+        if ok in self.connection._encoders:     # 0-9's basic.recover is asynchronous: it has no recover-ok
+            self.reply(ok())
 
     def release_unacked(self) -> None:
         taken = list(self.unacked.values())
@@ -555,103 +556,6 @@ class Channel(TxMethods):
             self.tx.rollback()
         self.release_unacked()
         self._publish = None
-
-    # -- exchange class ----------------------------------------------------------
-    # Declares, deletes, binds and unbinds answer once their durable change is stored, and
-    # the channel's later frames wait until then (.store_wait); see Namespace.when_stored.
-    def _ok(self, method: m.Method, answer: m.Method) -> Callable[[object], None]:
-        nowait = getattr(method, "nowait", False)
-        return lambda _result: None if nowait else self.reply(answer)
-
-    def _exchange_declare(self, method: m.ExchangeDeclare) -> None:
-        when_stored(self, method, lambda: self.namespace.declare_exchange(
-            method.exchange, method.type, passive=method.passive, durable=method.durable,
-            auto_delete=method.auto_delete, internal=method.internal, arguments=method.arguments),
-            self._ok(method, m.ExchangeDeclareOk()))
-
-    def _exchange_delete(self, method: m.ExchangeDelete) -> None:
-        when_stored(self, method, lambda: self.namespace.delete_exchange(method.exchange, if_unused=method.if_unused),
-                    self._ok(method, m.ExchangeDeleteOk()))
-
-    def _exchange_bind(self, method: m.ExchangeBind) -> None:
-        when_stored(self, method, lambda: self.namespace.bind_exchange(
-            method.destination, method.source, method.routing_key, method.arguments),
-            self._ok(method, m.ExchangeBindOk()))
-
-    def _exchange_unbind(self, method: m.ExchangeUnbind) -> None:
-        when_stored(self, method, lambda: self.namespace.unbind_exchange(
-            method.destination, method.source, method.routing_key, method.arguments),
-            self._ok(method, m.ExchangeUnbindOk()))
-
-    def _exchange_bound(self, method: m.ExchangeBound) -> None:
-        # Qpid's exchange.bound: reply codes of Qpid's 0-9-1 client
-        # (0 ok, 1 exchange not found, 2 queue not found, 3 no bindings,
-        #  4 queue not bound, 5 no queue bound with that key, 6 queue not bound with that key)
-        code, text = self.namespace.binding_status(method.exchange, method.queue, method.routing_key)
-        self.reply(m.ExchangeBoundOk(reply_code=code, reply_text=text))
-
-    # -- queue class -----------------------------------------------------------------
-    def _queue_name(self, name: str) -> str:
-        # spec 0-9-1 1.7.2: an empty queue name means the channel's last declared queue
-        if name:
-            return name
-        if not self.last_queue_name:
-            raise errors.NotFound("no previously declared queue")
-        return self.last_queue_name
-
-    def _queue(self, name: str) -> Queue:
-        return self.namespace.queue(self._queue_name(name), owner=self.connection)
-
-    def _queue_declare(self, method: m.QueueDeclare) -> None:
-        name = method.queue
-        if name == direct_reply.PSEUDO_QUEUE and method.passive:
-            # RabbitMQ answers a passive declare of the pseudo-queue (clients probe for support)
-            if not method.nowait:
-                self.reply(m.QueueDeclareOk(queue=name))
-            return
-        if name.startswith("amq.") and not method.passive:
-            raise errors.AccessRefused(
-                f"queue name '{name}' contains reserved prefix 'amq.*'")
-
-        def declared(result: tuple[Queue, int, int]) -> None:
-            queue, message_count, consumer_count = result
-            self.last_queue_name = queue.name
-            if not method.nowait:
-                self.reply(m.QueueDeclareOk(
-                    queue=queue.name, message_count=message_count, consumer_count=consumer_count))
-
-        when_stored(self, method, lambda: self.namespace.declare_queue(
-            name, passive=method.passive, durable=method.durable,
-            exclusive_owner=self.connection if method.exclusive else None,
-            auto_delete=method.auto_delete, arguments=method.arguments, owner=self.connection),
-            declared)
-
-    def _queue_bind(self, method: m.QueueBind) -> None:
-        queue = self._queue_name(method.queue)
-        when_stored(self, method, lambda: self.namespace.bind_queue(
-            queue, method.exchange, method.routing_key, method.arguments, owner=self.connection),
-            self._ok(method, m.QueueBindOk()))
-
-    def _queue_unbind(self, method: m.QueueUnbind) -> None:
-        queue = self._queue_name(method.queue)
-        when_stored(self, method, lambda: self.namespace.unbind_queue(
-            queue, method.exchange, method.routing_key, method.arguments, owner=self.connection),
-            lambda _result: self.reply(m.QueueUnbindOk()))
-
-    def _queue_purge(self, method: m.QueuePurge) -> None:
-        count = self._queue(method.queue).purge()
-        if not method.nowait:
-            self.reply(m.QueuePurgeOk(message_count=count))
-
-    def _queue_delete(self, method: m.QueueDelete) -> None:
-        queue = self._queue_name(method.queue)
-
-        def deleted(count: int) -> None:
-            if not method.nowait:
-                self.reply(m.QueueDeleteOk(message_count=count))
-
-        when_stored(self, method, lambda: self.namespace.delete_queue(
-            queue, if_unused=method.if_unused, if_empty=method.if_empty, owner=self.connection), deleted)
 
     # -- channel class -------------------------------------------------------------
     def _channel_flow(self, method: m.ChannelFlow) -> None:

@@ -164,7 +164,11 @@ class AmqpConnection(OutputQueue):
                 if channel and (self._told_blocked or self._held or self.store_waits.held) \
                         and self._hold(ftype, channel, payload):
                     continue
-                self._frame(ftype, channel, payload)
+                try:
+                    self._frame(ftype, channel, payload)
+                except errors.BrokerError as exc:
+                    # close, and read on: the frames behind are discarded, but for close-ok
+                    self._connection_error(exc)
                 if self.state is State.CLOSED:
                     break
         except _Desynchronised as exc:

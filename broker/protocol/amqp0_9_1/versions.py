@@ -29,7 +29,7 @@ SERVER_ONLY = {
     m.ChannelOpenOk, m.ExchangeDeclareOk, m.ExchangeDeleteOk, m.ExchangeBindOk,
     m.ExchangeUnbindOk, m.QueueDeclareOk, m.QueueBindOk, m.QueueUnbindOk, m.QueuePurgeOk,
     m.QueueDeleteOk, m.BasicQosOk, m.BasicConsumeOk, m.BasicDeliver, m.BasicGetOk,
-    m.BasicGetEmpty, m.BasicReturn, m.BasicRecoverOk, m.TxSelectOk, m.TxCommitOk,
+    m.BasicGetEmpty, m.BasicReturn, m.BasicRecoverOk, m.BasicRecoverSyncOk, m.TxSelectOk, m.TxCommitOk,
     m.TxRollbackOk, m.ConfirmSelectOk,
 }
 

@@ -43,6 +43,9 @@ _I64 = Struct(">q").unpack_from
 _F32 = Struct(">f").unpack_from
 _F64 = Struct(">d").unpack_from
 
+#: the most elements an array of a zero-width encoding (null, true, 0, list0 ...) may claim
+MAX_ZERO_WIDTH = 255
+
 _UBYTES = [UByte(i) for i in range(256)]
 _BYTES = [Byte(i - 256 if i > 127 else i) for i in range(256)]
 _SMALL_UINTS = [UInt(i) for i in range(256)]
@@ -261,9 +264,11 @@ def _array(width: int) -> Body:
         if element is _bad or code == 0x00:
             raise DecodeError(f"{what} element constructor 0x{code:02x} is not a primitive encoding", p)
         p += 1
-        # zero-width elements take no bytes: bound their count by the buffer all the same
-        if count > (stop - p if WIDTHS[code] else len(b)):
-            raise DecodeError(f"{what} claims {count} elements of 0x{code:02x} in {stop - p} bytes", o)
+        # zero-width elements take no bytes: at most MAX_ZERO_WIDTH of them, whatever the buffer holds
+        # beyond the array (bounded by the buffer, one value decoded or not by what followed it)
+        if count > (stop - p if WIDTHS[code] else MAX_ZERO_WIDTH):
+            raise DecodeError(f"{what} claims {count} elements of 0x{code:02x} in {stop - p} bytes"
+                              f"{'' if WIDTHS[code] else f' (at most {MAX_ZERO_WIDTH} take no bytes)'}", o)
         items: list[Any] = []
         append = items.append
         depth += 1

@@ -30,7 +30,7 @@ the body already is what RabbitMQ hands 0-9-1 consumers of 1.0 messages.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from struct import Struct
 from typing import Any, Final
 
@@ -99,8 +99,10 @@ class AmqpMessageFormat:
 
     def decode(self, native: bytes) -> MessageProperties:
         layout, sections = _metadata(native)
-        return view_from_sections(sections.header, sections.properties, sections.application_properties,
-                                  sections.message_annotations, sections_body=layout in (_SEQUENCES, _VALUE))
+        return view_from_sections(sections.header, _decoded(lambda: sections.properties),
+                                  _decoded(lambda: sections.application_properties),
+                                  _decoded(lambda: sections.message_annotations),
+                                  sections_body=layout in (_SEQUENCES, _VALUE))
 
     def encode(self, view: MessageProperties, annotations: Mapping[str, Any] | None = None) -> bytes:
         """Metadata made from a common view (a dead-lettered or management-made copy): the body is
@@ -143,8 +145,23 @@ def _merged_annotations(sections: MessageSections, annotations: Mapping[str, Any
     """The message-annotations section with the broker's ``annotations`` merged in."""
     if not annotations:
         return sections.section_bytes(MESSAGE_ANNOTATIONS)
-    merged = {**(sections.message_annotations or {}), **maps_from_view(None, annotations)[1]}
+    merged = {**(_decoded(lambda: sections.message_annotations) or {}), **maps_from_view(None, annotations)[1]}
     return encode(MessageAnnotations(merged))
+
+
+def _decoded(read: Callable[[], Any]) -> Any:
+    """A section's value; None when it does not decode.
+
+    A message is taken without decoding its annotations and properties (most
+    are relayed as received: a 1.0 consumer gets the bytes that arrived); one
+    that does not decode shows when the common view is first needed -- a
+    consumer of another protocol, a selector, management -- and the view goes
+    without it, rather than failing every reader the message reaches.
+    """
+    try:
+        return read()
+    except DecodeError:
+        return None
 
 
 def _data_section(content: bytes, constructor: int = _VBIN32) -> bytes:

@@ -13,6 +13,7 @@ from typing import Any
 from broker.messaging.link_terminus import ExpiryPolicy, Terminus, TerminusDurability
 
 from .conditions import AmqpErrorCondition, ProtocolFault, Scope
+from .decoding import describe
 from .definitions import Source, Target
 from .receiver_options import SELECTOR_DESCRIPTORS, selector_text
 from .values import Described, Symbol
@@ -21,6 +22,8 @@ from .values import Described, Symbol
 def terminus_of(node: Source | Target | None) -> Terminus | None:
     if node is None:
         return None
+    if not isinstance(node, (Source, Target)):          # the attach's fields are "*": any described value
+        raise ProtocolFault(AmqpErrorCondition.INVALID_FIELD, f"a terminus that is {describe(node)}", Scope.LINK)
     try:
         policy = ExpiryPolicy(str(node.expiry_policy))
     except ValueError:
