@@ -169,13 +169,35 @@ async def _amqp_drain(broker: Any, n: int, no_ack: bool) -> float:
         await conn.close()
 
 
+class CpuPerMessage:
+    """CPU seconds spent over a drain by the broker's processes and by the consumer's (this process and
+    its children but the broker: the Spark JVM, its Python workers and planner), per message: a figure
+    the machine's other jobs do not change much, where wall-clock rates follow the load."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self.before = procutil.all_cpu_seconds()
+
+    def result(self, messages: int) -> dict[str, float]:
+        after = procutil.all_cpu_seconds()
+        broker = set(procutil.tree(self.broker.pid)) | {self.broker.pid}
+        consumer = (set(procutil.tree(os.getpid())) | {os.getpid()}) - broker
+
+        def spent(pids: set[int]) -> float:
+            return sum(after[p] - self.before.get(p, 0.0) for p in pids if p in after)
+        return {"broker_cpu_us_per_msg": round(1e6 * spent(broker) / messages, 1),
+                "consumer_cpu_us_per_msg": round(1e6 * spent(consumer) / messages, 1)}
+
+
 def drain_amqp(broker: Any, opt: Options, no_ack: bool) -> dict[str, Any]:
     filled = fill(broker, opt.messages, opt)
-    watch = CpuWatch()
+    watch, cpu_used = CpuWatch(), CpuPerMessage(broker)
     seconds = asyncio.run(_amqp_drain(broker, opt.messages, no_ack))
     result = {"messages": opt.messages, "seconds": round(seconds, 2), "per_s": round(opt.messages / seconds),
-              "fill": filled, "cpu": watch.result(broker.pid)}
-    log(f"    drained in {seconds:.2f} s: {result['per_s']:,} msg/s")
+              "fill": filled, "cpu": watch.result(broker.pid), **cpu_used.result(opt.messages)}
+    log(f"    drained in {seconds:.2f} s: {result['per_s']:,} msg/s; CPU per message: broker"
+        f" {result['broker_cpu_us_per_msg']} µs, consumer {result['consumer_cpu_us_per_msg']} µs; load"
+        f" {Path('/proc/loadavg').read_text().split()[0]}")
     return result
 
 
@@ -186,7 +208,7 @@ def drain_spark(broker: Any, spark: Any, opt: Options) -> dict[str, Any]:
               .option("url", f"http://127.0.0.1:{broker.http_port}")
               .option("maxMessagesPerBatch", str(opt.batch)).option("numPartitions", str(opt.partitions))
               .option("grantAhead", opt.grant_ahead).load())
-    watch = CpuWatch()
+    watch, cpu_used = CpuWatch(), CpuPerMessage(broker)
     began, began_wall = time.perf_counter(), time.time()
     query = stream.writeStream.format("noop").option("checkpointLocation", checkpoint).start()
     try:
@@ -197,6 +219,7 @@ def drain_spark(broker: Any, spark: Any, opt: Options) -> dict[str, Any]:
             return (s["queueDepthMessages"], s["unacknowledgedMessages"]) == (0, 0)
         ended = wait_until(drained, 3600, "the Spark consumer's drain", every=0.1)
         cpu = watch.result(broker.pid)
+        cpu_per_message = cpu_used.result(opt.messages)
         batches = [p for p in query.recentProgress if p.get("numInputRows")]
         durations = batch_durations(query.recentProgress[1:])     # the first pays for the query's start
     finally:
@@ -206,7 +229,8 @@ def drain_spark(broker: Any, spark: Any, opt: Options) -> dict[str, Any]:
     result = {"messages": opt.messages, "seconds": round(seconds, 2), "per_s": round(opt.messages / seconds),
               "batches": len(batches), "max_messages_per_batch": opt.batch, "partitions": opt.partitions,
               "first_batch_ms": (first.get("durationMs") or {}).get("triggerExecution"),
-              "batch_ms": durations, "fill": filled, "cpu": cpu}
+              "first_batch_durations_ms": first.get("durationMs"),
+              "batch_ms": durations, "fill": filled, "cpu": cpu, **cpu_per_message}
     if len(batches) > 1 and first.get("durationMs"):
         # after the first batch: the query's start (the planner's Python process, the executors'
         # Python workers and their imports, Spark's first plans) behind it
@@ -220,7 +244,9 @@ def drain_spark(broker: Any, spark: Any, opt: Options) -> dict[str, Any]:
         result["spark_start_s"] = round(opt.spark_start_s, 2)
     log(f"    drained in {seconds:.2f} s: {result['per_s']:,} msg/s ({len(batches)} batches; first batch"
         f" {result['first_batch_ms']} ms; after it {result.get('after_first_batch_per_s')} msg/s; with the JVM's"
-        f" start {result.get('with_jvm_start_per_s')} msg/s; mean batch ms {durations}; load"
+        f" start {result.get('with_jvm_start_per_s')} msg/s; first batch ms {result['first_batch_durations_ms']};"
+        f" mean batch ms {durations}; CPU per message: broker {cpu_per_message['broker_cpu_us_per_msg']} µs,"
+        f" Spark {cpu_per_message['consumer_cpu_us_per_msg']} µs; load"
         f" {Path('/proc/loadavg').read_text().split()[0]})")
     return result
 
