@@ -106,11 +106,20 @@ class FollowedTable:
         return -1 if self._handle is None else int(self._handle.version())
 
     def refresh(self) -> None:
-        """Open the table, or bring the kept handle to the latest version."""
-        if self._handle is None:
-            self._handle = open_delta(self.uri, storage_options=self.storage_options)
-        else:
-            self._handle.update_incremental()
+        """Bring the kept handle to the latest version (opening the table when it has none).
+
+        The commits after the kept version are read one by one; when delta-rs
+        refuses what it listed (a log listed while the broker commits and
+        cleans it up: a gap between commits) the table is opened afresh, from
+        its latest checkpoint, listing again while that race lasts.
+        """
+        if self._handle is not None:
+            try:
+                self._handle.update_incremental()
+                return
+            except DeltaError:
+                self._handle = None
+        self._handle = open_delta(self.uri, storage_options=self.storage_options)
 
     def query(self, sql: str) -> pa.Table:
         """``sql`` over the kept version (named ``t``); opened first if it never was."""

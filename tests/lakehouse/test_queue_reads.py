@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import datetime
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
 
+import pyarrow as pa
 import pytest
 
 from broker.messaging.message import Message, MessageProperties
@@ -116,6 +119,70 @@ def test_a_kept_reader_reads_again_when_its_files_were_compacted_away(tmp_path: 
     table.vacuum_remote(0)                       # the kept snapshot's three files are gone
     assert reader.read("q", [[11, 20]], {}).column("body").to_pylist() == [b"m%d" % i for i in range(10, 20)]
     assert reader.version > kept
+
+
+def test_a_kept_reader_opens_the_journal_afresh_when_the_commits_after_its_snapshot_were_cleaned_up(
+        tmp_path: Path) -> None:
+    path = tmp_path / "journal"
+    reader = JournalReader(str(path))
+    table = AppendOnlyTable(path, JOURNAL_SCHEMA, name="journal")
+    checkpoints: list[int] = []
+
+    def read_first_then_checkpoint(n: int) -> None:
+        if n == 0:
+            assert reader.read("q", [[1, 10]], {}).num_rows == 10
+        if n == 3:
+            table.checkpoint()
+            checkpoints.append(table.delta_table().version())
+
+    journal_of_commits(path, 6, 10, after_commit=read_first_then_checkpoint)
+    kept, [checkpoint] = reader.version, checkpoints
+    # log clean-up under way: it removes the commits the checkpoint holds, in no particular order
+    # (here all but the first after the kept snapshot), so the commits left have a gap
+    assert checkpoint - kept > 2
+    log_dir = path / "_delta_log"
+    for version in range(kept + 2, checkpoint):
+        for suffix in (".json", ".crc"):
+            (log_dir / f"{version:020d}{suffix}").unlink(missing_ok=True)
+    assert reader.read("q", [[51, 60]], {}).column("body").to_pylist() == [b"m%d" % i for i in range(50, 60)]
+    assert reader.version == table.delta_table().version()
+
+
+def enqueue_rows(ids: list[int]) -> pa.Table:
+    """Journal rows enqueueing messages ``ids`` (bodies ``b"x<id>"``) on queue 'q'."""
+    count = len(ids)
+    columns = {field.name: pa.nulls(count, field.type) for field in JOURNAL_SCHEMA}
+    columns.update(vhost=pa.array(["v"] * count), event=pa.array(["enqueue"] * count),
+                   queue=pa.array(["q"] * count), message_id=pa.array(ids, pa.int64()),
+                   at=pa.array([datetime.datetime.now(datetime.timezone.utc)] * count,
+                               JOURNAL_SCHEMA.field("at").type),
+                   body=pa.array([b"x%d" % i for i in ids], pa.binary()))
+    return pa.table([columns[field.name] for field in JOURNAL_SCHEMA], schema=JOURNAL_SCHEMA)
+
+
+def test_a_kept_reader_that_lists_the_log_mid_commit_reads_once_the_commit_is_whole(tmp_path: Path) -> None:
+    """The journal writes ``N.json`` then ``N.crc``: bringing a kept snapshot up to date between the
+    two (delta-rs refuses the listing) opens the journal afresh, listing again until the commit is whole."""
+    table = AppendOnlyTable(tmp_path / "journal", JOURNAL_SCHEMA, name="journal")
+    table.open()
+    table.append(enqueue_rows([1, 2]))
+    reader = JournalReader(str(tmp_path / "journal"))
+    assert reader.read("q", [[1, 2]], {}).num_rows == 2
+    log_dir = tmp_path / "journal" / "_delta_log"
+    newest = max(int(f.stem) for f in log_dir.glob("*.json"))
+    (log_dir / f"{newest + 1:020d}.crc").write_text((log_dir / f"{newest:020d}.crc").read_text())
+
+    def complete_the_commit() -> None:
+        time.sleep(0.05)
+        table.append(enqueue_rows([3, 4]))       # the .json, then the .crc
+    writer = threading.Thread(target=complete_the_commit)
+    writer.start()
+    try:
+        assert reader.read("q", [[3, 4]], {}).column("body").to_pylist() == [b"x3", b"x4"]
+    finally:
+        writer.join()
+    assert reader.version == newest + 1
+    table.close()
 
 
 def test_ids_without_a_body_are_named(tmp_path: Path) -> None:
