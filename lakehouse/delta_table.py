@@ -139,6 +139,9 @@ def child_location(location: Location, *names: str) -> Location:
 
 #: how often :func:`open_delta` tries again when it listed the log while a commit was being written
 LISTING_RACE_RETRIES = 50
+#: delta-rs's errors for a log listed mid-change: a checksum before its commit, a commit missing
+#: between two others (seen while the broker committed and cleaned up its log under heavy load)
+LISTING_RACES = ("is newer than log segment version", "Expected contiguous commit files")
 
 
 def open_delta(uri: str, *, version: int | None = None,
@@ -156,7 +159,7 @@ def open_delta(uri: str, *, version: int | None = None,
         try:
             return DeltaTable(uri, version=version, storage_options=storage_options)
         except DeltaError as exc:
-            if "is newer than log segment version" not in str(exc) or attempt == LISTING_RACE_RETRIES:
+            if not any(race in str(exc) for race in LISTING_RACES) or attempt == LISTING_RACE_RETRIES:
                 raise
             time.sleep(0.002 * (attempt + 1))
     raise AssertionError("unreachable")

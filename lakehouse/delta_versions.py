@@ -18,7 +18,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from .delta_table import Location, is_uri, local_path, open_delta
 
-__all__ = ["TableReadFailed", "TableVersions", "VersionUnavailable", "query_table", "table_filesystem",
+__all__ = ["FollowedTable", "TableReadFailed", "TableVersions", "VersionUnavailable", "query_table", "table_filesystem",
            "table_identity"]
 
 
@@ -81,6 +81,55 @@ class TableVersions:
             return None
         times = [c.get("timestamp") for c in commits if c.get("version") == version]
         return times[0] if times and isinstance(times[0], int) else None
+
+
+# -- following a table's latest version (the Spark consumer's executors) ----------------------
+
+
+class FollowedTable:
+    """A Delta table's latest version whose handle is kept between queries and brought up to date on demand.
+
+    Opening a table replays its log from the last checkpoint (every file the
+    snapshot holds); a kept handle skips that, and :meth:`refresh` reads only
+    the commits made since.  The caller decides when its snapshot is too old
+    (rows it wants are missing, a file is gone) and refreshes.  Blocking.
+    """
+
+    def __init__(self, location: Location, storage_options: dict[str, str] | None = None) -> None:
+        self.uri = str(location).rstrip("/") if is_uri(location) else str(local_path(location))
+        self.storage_options = dict(storage_options) if storage_options else None
+        self._handle: DeltaTable | None = None
+
+    @property
+    def version(self) -> int:
+        """The version the kept handle reads (-1: none opened yet)."""
+        return -1 if self._handle is None else int(self._handle.version())
+
+    def refresh(self) -> None:
+        """Bring the kept handle to the latest version (opening the table when it has none).
+
+        The commits after the kept version are read one by one; when delta-rs
+        refuses what it listed (a log listed while the broker commits and
+        cleans it up: a gap between commits) the table is opened afresh, from
+        its latest checkpoint, listing again while that race lasts.
+        """
+        if self._handle is not None:
+            try:
+                self._handle.update_incremental()
+                return
+            except DeltaError:
+                self._handle = None
+        self._handle = open_delta(self.uri, storage_options=self.storage_options)
+
+    def query(self, sql: str) -> pa.Table:
+        """``sql`` over the kept version (named ``t``); opened first if it never was."""
+        if self._handle is None:
+            self.refresh()
+        assert self._handle is not None
+        try:
+            return pa.table(QueryBuilder().register("t", self._handle).execute(sql).read_all())
+        except Exception as exc:        # DataFusion's and the object store's errors, of many classes
+            raise TableReadFailed(f"{self.uri}: {exc}") from exc
 
 
 # -- reading any Delta table: what the journal's snapshots need ---------------------------------

@@ -64,8 +64,12 @@ class LeaseClient:
         return self._call("settleMessages", {"consumer": self.consumer, "session": self.session,
                                              "messageIds": ranges, "leaseSeconds": self.lease_seconds})
 
-    def release(self) -> dict[str, Any]:
-        return self._call("releaseMessages", {"consumer": self.consumer})
+    def release(self, ranges: list[list[int]] | None = None) -> dict[str, Any]:
+        """Return ``ranges`` to the queue (None: everything held, and detach the consumer)."""
+        body: dict[str, Any] = {"consumer": self.consumer}
+        if ranges is not None:
+            body["messageIds"] = ranges
+        return self._call("releaseMessages", body)
 
     def journal_location(self) -> dict[str, Any]:
         return self._call("getJournalLocation", None)

@@ -16,15 +16,20 @@ with how often each was delivered.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from broker.messaging import id_ranges as ranges_of
+
 from lakehouse.delta_table import AppendOnlyTable
+from lakehouse.delta_versions import FollowedTable, TableReadFailed
 from lakehouse.journal_schema import ENQUEUE, FORMAT_SQL, JOURNAL_SCHEMA
 from lakehouse.journal_writer import LIVE_CTES, has_ranges, journal_sql, read_watermark
 
-__all__ = ["MESSAGE_COLUMNS", "MESSAGE_SCHEMA_DDL", "MESSAGE_ARROW_SCHEMA", "MissingMessages", "read_messages", "live_messages",
-           "slices"]
+__all__ = ["MESSAGE_COLUMNS", "MESSAGE_SCHEMA_DDL", "MESSAGE_ARROW_SCHEMA", "JournalReader", "MissingMessages",
+           "journal_reader", "live_messages", "range_slices", "read_messages"]
 
 #: the columns of a consumed or browsed message, in order (names as the journal and views have them)
 MESSAGE_COLUMNS = ("message_id", "queue", "body", "exchange", "routing_key", "properties", "headers",
@@ -73,44 +78,118 @@ def read_messages(location: str, queue: str, ids: list[int], deliveries: dict[in
     ``deliveries``: how often each message was delivered from the queue
     before (absent: never), the rows' ``delivery_count``.  Raises
     :class:`MissingMessages` naming the ids the journal has no body for.
+    Opens the journal afresh; :class:`JournalReader` keeps it open.
     """
-    if not ids:
-        return MESSAGE_ARROW_SCHEMA.empty_table()
-    first, last = ids[0], ids[-1]
-    sql = (f"SELECT message_id, exchange, routing_key, properties, headers, published_at, body,"
-           f" {FORMAT_SQL} AS message_format FROM t"
-           f" WHERE message_id >= {int(first)} AND message_id <= {int(last)}"
-           f" AND event = '{ENQUEUE}' AND body IS NOT NULL")
-    read = journal(location, storage_options).read(sql)
-    # DataFusion answers with view types (string_view, binary_view): plain ones to filter and hand on
-    found = pa.table({name: read.column(name).cast(MESSAGE_ARROW_SCHEMA.field(name).type)
-                      for name in _READ_COLUMNS})
-    found = found.filter(pc.is_in(found.column("message_id"), value_set=pa.array(ids, pa.int64())))
-    found = found.sort_by("message_id")
+    return JournalReader(location, storage_options).read(queue, ranges_of.id_ranges(ids), deliveries)
+
+
+def _count(ranges: Sequence[Sequence[int]]) -> int:
+    return sum(last - first + 1 for first, last in ranges)
+
+
+#: above this many ranges a read bounds the ids by the first and last and filters the rest in Arrow
+_MAX_SQL_RANGES = 32
+
+
+class JournalReader:
+    """Reads messages by id from one journal, its Delta snapshot kept between reads.
+
+    What an executor's Python worker keeps (:func:`journal_reader`): opening
+    the journal replays its log from the last checkpoint -- every data file
+    of the table -- which costs more than reading a slice of messages.  The
+    messages of a grant were journaled before it was answered, so a kept
+    snapshot that lacks some of them (or names a file compaction removed)
+    is brought up to date and read again, once.
+    """
+
+    def __init__(self, location: str, storage_options: dict[str, str] | None = None) -> None:
+        self.location = location
+        self._table = FollowedTable(location, storage_options)
+
+    @property
+    def version(self) -> int:
+        """The journal's version this reader reads (-1: not opened yet)."""
+        return self._table.version
+
+    def read(self, queue: str, ranges: Sequence[Sequence[int]], deliveries: dict[int, int]) -> pa.Table:
+        """The messages of ``ranges`` (``[first, last]``, ascending) of ``queue``, as :func:`read_messages`."""
+        wanted = _count(ranges)
+        if not wanted:
+            return MESSAGE_ARROW_SCHEMA.empty_table()
+        fresh = self._table.version < 0
+        try:
+            found = self._find(ranges)
+        except TableReadFailed:
+            if fresh:
+                raise
+            found = None                            # a file of the kept snapshot is gone: read anew
+        if not fresh and (found is None or found.num_rows != wanted):
+            self._table.refresh()
+            found = self._find(ranges)
+        assert found is not None
+        if found.num_rows != wanted:
+            got = set(found.column("message_id").to_pylist())
+            missing = [i for first, last in ranges for i in range(first, last + 1) if i not in got]
+            shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+            raise MissingMessages(f"the journal at {self.location} holds no body for {len(missing)} message(s)"
+                                  f" of queue '{queue}' ({shown}): removed by its history retention, or the"
+                                  " option 'path' names another virtual host's journal")
+        return _messages(queue, found, deliveries)
+
+    def _find(self, ranges: Sequence[Sequence[int]]) -> pa.Table:
+        """The enqueue rows of the ids in ``ranges``, sorted by id (plain Arrow types)."""
+        if len(ranges) <= _MAX_SQL_RANGES:
+            where = " OR ".join(f"(message_id >= {int(first)} AND message_id <= {int(last)})"
+                                for first, last in ranges)
+        else:
+            where = f"message_id >= {int(ranges[0][0])} AND message_id <= {int(ranges[-1][1])}"
+        sql = (f"SELECT message_id, exchange, routing_key, properties, headers, published_at, body,"
+               f" {FORMAT_SQL} AS message_format FROM t"
+               f" WHERE ({where}) AND event = '{ENQUEUE}' AND body IS NOT NULL")
+        read = self._table.query(sql)
+        if not read.num_columns:
+            return pa.table({name: pa.array([], MESSAGE_ARROW_SCHEMA.field(name).type) for name in _READ_COLUMNS})
+        # DataFusion answers with view types (string_view, binary_view): plain ones to filter and hand on
+        found = pa.table({name: read.column(name).cast(MESSAGE_ARROW_SCHEMA.field(name).type)
+                          for name in _READ_COLUMNS})
+        if len(ranges) > _MAX_SQL_RANGES:
+            ids = pa.array([i for first, last in ranges for i in range(first, last + 1)], pa.int64())
+            found = found.filter(pc.is_in(found.column("message_id"), value_set=ids))
+        return found.sort_by("message_id")
+
+
+def _messages(queue: str, found: pa.Table, deliveries: dict[int, int]) -> pa.Table:
+    """The rows ``found`` (sorted by id) as :data:`MESSAGE_ARROW_SCHEMA`."""
     got = found.column("message_id")
-    if found.num_rows != len(ids):
-        missing = sorted(set(ids) - set(got.to_pylist()))
-        shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
-        raise MissingMessages(f"the journal at {location} holds no body for {len(missing)} message(s) of"
-                              f" queue '{queue}' ({shown}): removed by its history retention, or the"
-                              " option 'path' names another virtual host's journal")
-    counts = [deliveries.get(message_id, 0) for message_id in got.to_pylist()] if deliveries \
-        else [0] * found.num_rows
-    count_array = pa.array(counts, pa.int32())
+    rows = found.num_rows
+    counts = pa.array([deliveries.get(message_id, 0) for message_id in got.to_pylist()], pa.int32()) \
+        if deliveries else pa.nulls(rows, pa.int32()).fill_null(0)
     columns = {
         "message_id": got,
-        "queue": pa.array([queue] * found.num_rows, pa.string()),
+        "queue": pa.repeat(pa.scalar(queue, pa.string()), rows),
         "body": found.column("body"),
         "exchange": found.column("exchange"),
         "routing_key": found.column("routing_key"),
         "properties": found.column("properties"),
         "headers": found.column("headers"),
         "published_at": found.column("published_at"),
-        "delivery_count": count_array,
-        "redelivered": pc.greater(count_array, 0),
+        "delivery_count": counts,
+        "redelivered": pc.greater(counts, 0),
         "message_format": found.column("message_format"),
     }
     return pa.table([columns[f.name] for f in MESSAGE_ARROW_SCHEMA], schema=MESSAGE_ARROW_SCHEMA)
+
+
+_readers: dict[tuple[str, tuple[tuple[str, str], ...]], JournalReader] = {}
+
+
+def journal_reader(location: str, storage_options: dict[str, str] | None = None) -> JournalReader:
+    """This process's :class:`JournalReader` of the journal at ``location`` (one per journal, kept)."""
+    key = (location, tuple(sorted((storage_options or {}).items())))
+    reader = _readers.get(key)
+    if reader is None:
+        reader = _readers[key] = JournalReader(location, storage_options)
+    return reader
 
 
 def live_messages(location: str, queue: str,
@@ -133,10 +212,23 @@ def live_messages(location: str, queue: str,
     return ids, {i: n for i, n in zip(ids, counts) if n}
 
 
-def slices(ids: list[int], parts: int, least: int = 1000) -> list[list[int]]:
-    """``ids`` (ascending) cut into at most ``parts`` runs of consecutive ids, none under ``least``."""
-    if not ids:
+def range_slices(ranges: Sequence[Sequence[int]], parts: int, least: int = 1000) -> list[list[list[int]]]:
+    """``ranges`` (``[first, last]``, ascending) cut into at most ``parts`` slices of about as many ids
+    each, none under ``least`` ids (one task's share of a batch), without listing the ids."""
+    total = _count(ranges)
+    if not total:
         return []
-    count = max(1, min(parts, len(ids) // max(least, 1)))
-    size = -(-len(ids) // count)
-    return [ids[start:start + size] for start in range(0, len(ids), size)]
+    count = max(1, min(parts, total // max(least, 1)))
+    size = -(-total // count)
+    out: list[list[list[int]]] = [[]]
+    room = size
+    for first, last in ranges:
+        while first <= last:
+            if not room:
+                out.append([])
+                room = size
+            end = min(last, first + room - 1)
+            out[-1].append([first, end])
+            room -= end - first + 1
+            first = end + 1
+    return out

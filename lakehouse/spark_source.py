@@ -11,10 +11,11 @@ broker over REST (:mod:`lakehouse.lease_client`):
   ranges, and the earlier deliveries of the redelivered ones.  Spark writes
   it to its offset log before the batch runs, so the batch is a durable list
   of messages;
-* ``partitions(start, end)`` cuts ``end``'s ids into slices of consecutive
-  ids; the executors read each slice's messages from the journal's Delta
-  files (:func:`lakehouse.queue_reads.read_messages`), in parallel, never
-  through the broker.  A batch from another planner process (Spark replaying
+* ``partitions(start, end)`` cuts ``end``'s ranges into slices of about as
+  many ids; the executors read each slice's messages from the journal's
+  Delta files (:class:`lakehouse.queue_reads.JournalReader`, kept by each
+  Python worker with the journal's snapshot), in parallel, never through
+  the broker.  A batch from another planner process (Spark replaying
   what it logged but did not commit) is first *claimed*: the broker holds
   its messages for this process again (adopting them from the earlier one,
   or taking them back from the queue), and the executors read exactly the
@@ -22,11 +23,15 @@ broker over REST (:mod:`lakehouse.lease_client`):
 * a batch's messages are settled once the sink has committed it (the
   broker acks them and journals ``settle`` rows, outcome ``acked``, reason
   ``consumer:<name>``): Spark asks ``latestOffset`` for the next batch only
-  then, so that call settles the batches served before it, and
-  ``commit(end)`` -- which Spark calls only when a further batch starts --
-  settles whatever is left (a batch an earlier process served).  Settling
-  is idempotent, so Spark's commit of the last committed batch at a restart
-  is harmless;
+  then, so that call settles the batches served before it -- on a
+  background thread, while Spark runs the next batch -- and ``commit(end)``
+  -- which Spark calls only when a further batch starts -- settles a batch
+  an earlier process served.  Settling is idempotent, so Spark's commit of
+  the last committed batch at a restart is harmless;
+* with a backlog (a grant came back full) the next grant is asked for at
+  once, on a background thread, while Spark runs the batch; ``latestOffset``
+  then returns it.  Until Spark takes it, it counts among the held batches
+  (a broker restart reclaims it); a stopping query releases it;
 * a thread renews the lease every third of ``leaseSeconds`` while the
   planner lives.  When the job dies, or stops and is not restarted within
   the lease, what it held goes back to the queue, redelivered.
@@ -55,14 +60,16 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
+from broker.messaging import id_ranges as ranges_of
 from lakehouse.lease_client import BrokerUnavailable, LeaseClient, expand
-from lakehouse.queue_reads import live_messages, read_messages, slices
+from lakehouse.queue_reads import journal_reader, live_messages, range_slices
 
 __all__ = ["QueueOptions", "QueueStreamReader", "QueueBrowseReader", "MessageSlice", "INITIAL_OFFSET"]
 
@@ -70,6 +77,12 @@ log = logging.getLogger(__name__)
 
 #: how long an empty grant keeps the planner from asking again (Spark polls every 10 ms when idle)
 IDLE_POLL_SECONDS = 0.1
+
+#: how long stopping waits for a settlement or a grant ahead under way
+STOP_WAIT_SECONDS = 15.0
+
+#: where a grant asked for ahead waits among the held batches until Spark takes it
+AHEAD = ("", -1)
 
 #: the offset before the first grant
 INITIAL_OFFSET: dict[str, Any] = {"grant": 0, "session": "", "messageIds": [], "redelivered": []}
@@ -86,6 +99,16 @@ def _integer(options: Mapping[str, str], name: str, default: int, least: int) ->
     if value < least:
         raise ValueError(f"deltamq: option '{name}' must be at least {least}, not {value}")
     return value
+
+
+def _boolean(options: Mapping[str, str], name: str, default: bool) -> bool:
+    text = options.get(name)
+    if text is None:
+        return default
+    value = str(text).strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"deltamq: option '{name}' must be true or false, not {text!r}")
+    return value == "true"
 
 
 @dataclass(frozen=True)
@@ -115,6 +138,8 @@ class QueueOptions:
     partitions: int
     #: ``brokerTimeoutSeconds``: how long ``commit`` retries while the broker does not answer (default 120)
     broker_timeout: int
+    #: ``grantAhead``: while a full batch runs, ask for the next one (default true)
+    grant_ahead: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> QueueOptions:
@@ -130,7 +155,8 @@ class QueueOptions:
                    lease_seconds=_integer(options, "leaseSeconds", 60, 1),
                    path=str(options["path"]) if options.get("path") else None,
                    partitions=_integer(options, "numPartitions", 4, 1),
-                   broker_timeout=_integer(options, "brokerTimeoutSeconds", 120, 0))
+                   broker_timeout=_integer(options, "brokerTimeoutSeconds", 120, 0),
+                   grant_ahead=_boolean(options, "grantAhead", True))
 
     def client(self, session: str) -> LeaseClient:
         return LeaseClient(self.url, self.node, self.vhost, self.queue, self.consumer, session,
@@ -146,26 +172,35 @@ class QueueOptions:
 
 
 class MessageSlice(InputPartition):
-    """Consecutive message ids of one queue, read by one task from the journal at ``location``."""
+    """Message ids of one queue (``[first, last]`` ranges), read by one task from the journal at ``location``."""
 
-    def __init__(self, location: str, queue: str, ids: list[int], deliveries: dict[int, int]) -> None:
-        super().__init__(len(ids))
+    def __init__(self, location: str, queue: str, ranges: list[list[int]], deliveries: dict[int, int]) -> None:
+        super().__init__(len(ranges))
         self.location = location
         self.queue = queue
-        self.ids = ids
+        self.ranges = ranges
         self.deliveries = deliveries
 
 
+#: rows per Arrow batch handed to Spark (fewer, larger batches cost the JVM less per row)
+ARROW_BATCH_ROWS = 32_768
+
+
 def read_slice(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """An executor's task: the slice's messages, read with the Python worker's kept journal reader."""
     assert isinstance(partition, MessageSlice)
-    table = read_messages(partition.location, partition.queue, partition.ids, partition.deliveries)
-    yield from table.to_batches(max_chunksize=4096)
+    if not partition.ranges:
+        return
+    table = journal_reader(partition.location).read(partition.queue, partition.ranges, partition.deliveries)
+    yield from table.to_batches(max_chunksize=ARROW_BATCH_ROWS)
 
 
-def _slices(location: str, queue: str, ids: list[int], deliveries: dict[int, int],
+def _slices(location: str, queue: str, ranges: list[list[int]], deliveries: dict[int, int],
             parts: int) -> list[MessageSlice]:
-    return [MessageSlice(location, queue, part, {i: deliveries[i] for i in part if i in deliveries})
-            for part in slices(ids, parts)]
+    # the slices follow each other in id order: a slice's deliveries are those within its bounds
+    return [MessageSlice(location, queue, part,
+                         {i: n for i, n in deliveries.items() if part[0][0] <= i <= part[-1][1]})
+            for part in range_slices(ranges, parts)]
 
 
 class QueueStreamReader(DataSourceStreamReader):
@@ -173,7 +208,7 @@ class QueueStreamReader(DataSourceStreamReader):
 
     def __init__(self, options: QueueOptions) -> None:
         # Spark also builds this reader where it only needs ``read``: nothing here talks
-        # to the broker; the planner's first call does
+        # to the broker and no thread starts; the planner's first call does
         self.options = options
         self._client: LeaseClient | None = None
         self._latest: dict[str, Any] = INITIAL_OFFSET
@@ -186,6 +221,12 @@ class QueueStreamReader(DataSourceStreamReader):
         self._served: list[tuple[str, int]] = []
         self._settled: deque[tuple[str, int]] = deque(maxlen=64)
         self._idle_until = 0.0
+        self._workers: ThreadPoolExecutor | None = None
+        #: the settlement running in the background (of the batches it names)
+        self._settling: Future[None] | None = None
+        self._settling_keys: tuple[tuple[str, int], ...] = ()
+        #: the next grant, asked for while the batch before it runs (a backlog)
+        self._ahead: Future[dict[str, Any]] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # pickled for the executors, which only call read(): the planner's state stays here
@@ -202,6 +243,12 @@ class QueueStreamReader(DataSourceStreamReader):
             threading.Thread(target=self._renew, name="deltamq-lease", daemon=True).start()
         return self._client
 
+    def _background(self) -> ThreadPoolExecutor:
+        """Two threads: one settles served batches, one asks for the next grant ahead."""
+        if self._workers is None:
+            self._workers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="deltamq-planner")
+        return self._workers
+
     def _renew(self) -> None:
         period = max(self.options.lease_seconds / 3, 0.5)
         while not self._stopped.wait(period):
@@ -212,20 +259,22 @@ class QueueStreamReader(DataSourceStreamReader):
                             self.options.consumer, exc)
 
     def _call(self, action: Any) -> dict[str, Any]:
-        """Call the broker; the first call that succeeds after it was unreachable reclaims."""
-        client = self._planner()
-        with self._lock:                        # Spark's thread and the renewing one
-            return self._call_locked(client, action)
+        """Call the broker; the first call that succeeds after it was unreachable reclaims.
 
-    def _call_locked(self, client: LeaseClient, action: Any) -> dict[str, Any]:
+        Spark's thread, the renewing thread and the background ones call at
+        once (each call is a request of its own); only reclaiming is one at a time.
+        """
+        client = self._planner()
         try:
-            if self._broker_lost:
-                for ranges in list(self._outstanding.values()):
-                    client.claim(ranges)
-                self._broker_lost = False
+            with self._lock:
+                if self._broker_lost:
+                    for ranges in list(self._outstanding.values()):
+                        client.claim(ranges)
+                    self._broker_lost = False
             answer: dict[str, Any] = action(client)
         except BrokerUnavailable:
-            self._broker_lost = True
+            with self._lock:
+                self._broker_lost = True
             raise
         if answer.get("journal"):
             self._journal = str(answer["journal"])
@@ -246,13 +295,16 @@ class QueueStreamReader(DataSourceStreamReader):
     def latestOffset(self) -> dict[str, Any]:
         try:
             self._settle_served()
-            if self._idle_until > time.monotonic():
-                return self._latest
-            answer = self._call(lambda client: client.grant(self.options.max_messages))
+            answer = self._take_ahead()
+            if answer is None:
+                if self._idle_until > time.monotonic():
+                    return self._latest
+                answer = self._call(lambda client: client.grant(self.options.max_messages))
         except BrokerUnavailable as exc:
             log.warning("deltamq: %s; no new messages this time", exc)
             return self._latest
-        if not answer.get("count"):
+        count = int(answer.get("count") or 0)
+        if not count:
             self._idle_until = time.monotonic() + IDLE_POLL_SECONDS
             return self._latest
         assert self._client is not None
@@ -260,25 +312,76 @@ class QueueStreamReader(DataSourceStreamReader):
                   "messageIds": answer["messageIds"], "redelivered": answer.get("redelivered", [])}
         self._latest = offset
         self._outstanding[self._key(offset)] = offset["messageIds"]
+        if self.options.grant_ahead and count >= self.options.max_messages and not self._stopped.is_set():
+            # a backlog: the broker grants the next batch while Spark runs this one
+            self._ahead = self._background().submit(self._grant_ahead)
         return offset
 
+    def _grant_ahead(self) -> dict[str, Any]:
+        answer = self._call(lambda client: client.grant(self.options.max_messages))
+        if answer.get("count"):
+            # held like a logged batch until Spark takes it: a broker restart meanwhile reclaims it
+            self._outstanding[AHEAD] = answer["messageIds"]
+        return answer
+
+    def _take_ahead(self) -> dict[str, Any] | None:
+        """The grant asked for ahead, if any (waiting for it); None when there is none."""
+        future, self._ahead = self._ahead, None
+        if future is None:
+            return None
+        try:
+            return future.result()
+        finally:
+            self._outstanding.pop(AHEAD, None)
+
+    def _release_quietly(self, ranges: list[list[int]]) -> None:
+        try:
+            self._call(lambda client: client.release(ranges))
+        except Exception as exc:               # they go back when the lease runs out
+            log.warning("deltamq: releasing %d messages granted ahead failed: %s", len(expand(ranges)), exc)
+
     def _settle_served(self) -> None:
-        """Settle the batches served so far: Spark asks for the next offset only once they are in the sink.
+        """Settle the batches served so far, in the background: they are in the sink.
 
         Micro-batch execution runs one batch at a time and constructs the
         next one (asking ``latestOffset``) only after the sink committed the
         last; Spark's own ``commit`` of a batch comes later, when the batch
         after it starts -- never, while the queue stays empty.  So the
         messages of an idle stream's last batch are settled here, not held
-        until more messages come.
+        until more messages come.  The settlement runs while Spark plans and
+        runs the next batch; one that failed (the broker did not answer)
+        leaves its batches served, to be settled next time.
         """
-        for key in list(self._served):
+        running = self._settling
+        if running is not None and not running.done():
+            return
+        if running is not None:
+            try:
+                running.result()
+            except Exception as exc:           # tried again below
+                log.warning("deltamq: settling batches %s failed: %s; trying again", self._settling_keys, exc)
+        self._settling = None
+        keys = tuple(self._served)
+        if not keys:
+            return
+        self._settling_keys = keys
+        self._settling = self._background().submit(self._settle_keys, keys)
+
+    def _settle_keys(self, keys: tuple[tuple[str, int], ...]) -> None:
+        for key in keys:
             ranges = self._outstanding.get(key)
             if ranges:
                 self._call(lambda client: client.settle(ranges))
+            self._done(key)
+
+    def _done(self, key: tuple[str, int]) -> None:
+        """Batch ``key`` is settled."""
+        with self._lock:
             self._outstanding.pop(key, None)
-            self._served.remove(key)
-            self._settled.append(key)
+            if key in self._served:
+                self._served.remove(key)
+            if key not in self._settled:
+                self._settled.append(key)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         self._observe(end)
@@ -298,7 +401,7 @@ class QueueStreamReader(DataSourceStreamReader):
                             key, self.options.consumer, len(expand(answer["missing"])))
         location = self.options.journal(self._journal or self._told_journal())
         deliveries = {int(i): int(n) for i, n in end.get("redelivered") or []}
-        return _slices(location, self.options.queue, expand(ranges), deliveries, self.options.partitions)
+        return _slices(location, self.options.queue, ranges, deliveries, self.options.partitions)
 
     def _told_journal(self) -> str | None:
         if self.options.path:
@@ -312,6 +415,8 @@ class QueueStreamReader(DataSourceStreamReader):
         self._observe(end)
         ranges = end.get("messageIds") or []
         key = self._key(end)
+        if key in self._served:
+            return                              # served here: latestOffset's settlement has it
         if ranges and key not in self._settled:
             deadline = time.monotonic() + self.options.broker_timeout
             while True:
@@ -323,13 +428,29 @@ class QueueStreamReader(DataSourceStreamReader):
                         raise
                     log.warning("deltamq: settling batch %s: %s; trying again", self._key(end), exc)
                     time.sleep(1.0)
-        self._outstanding.pop(key, None)
-        if key in self._served:
-            self._served.remove(key)
+        self._done(key)
 
     def stop(self) -> None:
-        """The query stops: stop renewing (what is held goes back when the lease runs out)."""
+        """The query stops: finish settling, give back a grant made ahead, stop renewing.
+
+        What is still held (a batch logged but not committed) goes back when the lease runs out.
+        """
         self._stopped.set()
+        settling, ahead = self._settling, self._ahead
+        self._ahead = None
+        for future in (settling, ahead):
+            if future is None:
+                continue
+            try:
+                result = future.result(timeout=STOP_WAIT_SECONDS)
+            except Exception as exc:           # what it held goes back when the lease runs out
+                log.warning("deltamq: stopping: %s", exc)
+                continue
+            if future is ahead and result and result.get("count"):
+                self._outstanding.pop(AHEAD, None)
+                self._release_quietly(result["messageIds"])
+        if self._workers is not None:
+            self._workers.shutdown(wait=False)
 
 
 class QueueBrowseReader(DataSourceReader):
@@ -344,7 +465,8 @@ class QueueBrowseReader(DataSourceReader):
             told = self.options.client("").journal_location().get("journal")
         location = self.options.journal(told)
         ids, deliveries = live_messages(location, self.options.queue)
-        return _slices(location, self.options.queue, ids, deliveries, self.options.partitions) \
+        ranges = [list(r) for r in ranges_of.id_ranges(ids)]
+        return _slices(location, self.options.queue, ranges, deliveries, self.options.partitions) \
             or [MessageSlice(location, self.options.queue, [], {})]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -68,8 +68,11 @@ def _print_query(spark: Any, query: str, limit: int) -> int:
     """Run ``query``, print its first ``limit`` rows as a table, stop the session."""
     try:
         frame = spark.sql(query)
-        columns = frame.columns
-        rows = [[_text(v) for v in row] for row in frame.limit(limit).collect()]
+        got = frame.limit(limit).collect()
+        # the names from a row when there is one: asking the frame is one more analysis of the
+        # query (a round trip to a Spark Connect server, and Delta's log looked at again)
+        columns = list(got[0].__fields__) if got else frame.columns
+        rows = [[_text(v) for v in row] for row in got]
     except Exception as exc:                     # Spark's AnalysisException and friends
         return _fail(_message(exc))
     finally:

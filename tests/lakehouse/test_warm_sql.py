@@ -104,6 +104,9 @@ def test_the_server_session_is_the_serve_commands_with_delta_configured(
     out = deltamq("sql", "--data-dir", str(data_dir), "SET spark.app.name", env=without_java(tmp_path))
     assert out.returncode == 0, out.stderr
     assert "| spark.app.name | deltamq-spark-serve |" in out.stdout
+    partitions = deltamq("sql", "--data-dir", str(data_dir), "SET spark.sql.shuffle.partitions",
+                         env=without_java(tmp_path))
+    assert "| spark.sql.shuffle.partitions | 2 " in partitions.stdout, partitions.stdout
     # Delta's SQL extensions answer there: the history of a node's configuration table
     history = deltamq("sql", "--data-dir", str(data_dir), f"DESCRIBE HISTORY delta.`{data_dir / 'alpha' / 'config'}`",
                       env=without_java(tmp_path))
