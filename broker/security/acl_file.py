@@ -44,6 +44,9 @@ LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 #: the gap Broker-J leaves between unnumbered rules
 NUMBER_INCREMENT = 10
+#: a rule number is a Java int in Broker-J: at most 9 digits always fit
+MAX_NUMBER_DIGITS = 9
+_RULE_NUMBER = re.compile(r"[0-9]{1,%d}" % MAX_NUMBER_DIGITS)
 
 _CONFIG_DEFAULTS = {"defaultallow": Result.ALLOWED, "defaultdefer": Result.DEFERRED,
                     "defaultdeny": Result.DENIED}
@@ -141,6 +144,9 @@ def parse(text: str, source: str = "") -> ParsedAcl:
             raise AclSyntaxError(f"Not enough tokens ('{first.text}' alone)", line, source)
         number: int | None = None
         if not first.quoted and first.text.isdigit():
+            if not _RULE_NUMBER.fullmatch(first.text):
+                raise AclSyntaxError(f"Invalid rule number '{first.text[:20]}' (digits 0-9, at"
+                                     f" most {MAX_NUMBER_DIGITS} of them)", line, source)
             number = int(first.text)
             if _keyword(tokens[1]) != "ACL":
                 raise AclSyntaxError(f"Number not allowed before '{tokens[1].text}'", line,

@@ -310,7 +310,7 @@ class ScramServer:
         try:
             binding = base64.b64decode(pairs[0][1], validate=True)
             proof = base64.b64decode(proof_text, validate=True)
-        except binascii.Error:
+        except ValueError:             # binascii.Error, or a character that is not ASCII
             raise MalformedScram(mechanism, "channel binding or proof is not base64") from None
         if binding != self._gs2_header.encode("utf-8"):
             raise MalformedScram(mechanism, "channel binding c=... does not repeat the gs2"

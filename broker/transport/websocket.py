@@ -233,6 +233,10 @@ class WebSocketLayer:
             headers = tuple(getattr(hint, "headers", ()) or ())
             self._refuse(Refusal(status, f"not a WebSocket upgrade request: {exc}", headers))
             return b""
+        except UnicodeError:           # wsproto decodes the target and Host, tokens as ASCII
+            self._refuse(Refusal(HTTPStatus.BAD_REQUEST, "not a WebSocket upgrade request: the"
+                                 " request target or a header value is not ASCII"))
+            return b""
         if request is None:            # a request with a body: not an upgrade
             self._refuse(Refusal(HTTPStatus.BAD_REQUEST, "not a WebSocket upgrade request"))
             return b""

@@ -20,6 +20,9 @@ from broker.protocol.amqp1_0.decoding import MAX_ZERO_WIDTH
 from broker.protocol.amqp1_0.types import (Array, Attach, DecodeError, Described, Detach, Target, ULong, decode,
                                            encode)
 from broker.protocol.detect import AmqpVersion
+from broker.security.acl_file import AclSyntaxError, parse
+from broker.security.scram import SCRAM_SHA_256, MalformedScram, ScramServer, derive_credential
+from broker.transport.websocket import WebSocketLayer
 
 from .messaging.support import message
 
@@ -144,3 +147,35 @@ def test_an_array_claiming_more_zero_width_elements_than_the_bound_is_refused_wh
     for tail in (b"", b"\x40" * 1000):
         with pytest.raises(DecodeError, match="at most 255 take no bytes"):
             decode(wire + tail)
+
+
+@pytest.mark.parametrize("line", [b"Host: caf\xc3\xa9.example", b"Host: \xff\xff",
+                                  b"Host: h\r\nSec-WebSocket-Protocol: amqp, \xc3\xa9"])
+def test_an_upgrade_request_with_a_header_that_is_not_ascii_gets_400(line: bytes) -> None:
+    # wsproto decodes Host as IDNA and token lists as ASCII: the UnicodeError left the layer
+    request = (b"GET /amqp HTTP/1.1\r\n" + line + b"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    layer = WebSocketLayer()
+    assert layer.receive_data(request) == b""
+    assert layer.data_to_send().startswith(b"HTTP/1.1 400 ") and layer.closed
+    assert "not ASCII" in layer.close_reason
+
+
+@pytest.mark.parametrize("final", [b"c=biws,r=abcdef,p=v0X8v3Bz2T0\xc3\xa9", b"c=bi\xc3\xa9ws,r=abcdef,p=AAAA"])
+def test_a_scram_client_final_with_a_character_that_is_not_ascii_is_malformed(final: bytes) -> None:
+    # base64.b64decode raises a plain ValueError (not binascii.Error) for a str that is not ASCII
+    credential = derive_credential(SCRAM_SHA_256, "pencil", iterations=1)
+    server = ScramServer(SCRAM_SHA_256, {"user": credential}.get, lambda name: credential, nonce="def")
+    server.server_first(b"n,,n=user,r=abc")
+    with pytest.raises(MalformedScram, match="not base64"):
+        server.server_final(final)
+
+
+@pytest.mark.parametrize("number", ["\u00b2", "\u0663", "1" * 5000, "1234567890"])
+def test_an_acl_rule_number_must_be_at_most_nine_ascii_digits(number: str) -> None:
+    # str.isdigit() takes superscripts and other scripts' digits, which int() refuses or reads,
+    # and int() refuses more than 4300 digits: both were a ValueError out of the parser
+    with pytest.raises(AclSyntaxError, match="Invalid rule number") as raised:
+        parse(f"ACL DENY x ALL ALL\n{number} ACL ALLOW a ALL ALL\n")
+    assert raised.value.line == 2
+    assert parse("123456789 ACL ALLOW a ALL ALL").rules[0].identity == "a"
