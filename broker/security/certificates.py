@@ -65,7 +65,7 @@ def read_location(location: str, what: str) -> bytes:
                 else unquote(payload).encode("utf-8")
         except ValueError:
             raise ConfigurationError(f"{what}: the data: URL is not valid base64") from None
-    path = unquote(urlsplit(location).path) if location.startswith("file:") else location
+    path = _path(location)
     try:
         with open(path, "rb") as file:
             data = file.read(MAX_PEM_BYTES + 1)
@@ -83,8 +83,13 @@ def location_exists(location: str) -> bool:
     """True when ``location`` names data (a data: URL) or a file that exists."""
     if location.startswith("data:"):
         return True
-    path = unquote(urlsplit(location).path) if location.startswith("file:") else location
+    path = _path(location)
     return bool(path) and os.path.exists(path)
+
+
+def _path(location: str) -> str:
+    """The file a path or ``file:`` URL names."""
+    return unquote(urlsplit(location).path) if location.startswith("file:") else location
 
 
 def load_certificates(location: str, what: str) -> list[x509.Certificate]:
@@ -157,7 +162,11 @@ def subject_name(certificate: x509.Certificate) -> str:
 def common_name(name: x509.Name) -> str:
     """The first CN of ``name``; "" when it has none."""
     found = name.get_attributes_for_oid(NameOID.COMMON_NAME)
-    value = found[0].value if found else ""
+    return attribute_text(found[0].value) if found else ""
+
+
+def attribute_text(value: str | bytes) -> str:
+    """A name attribute's value as text (a few types are bytes)."""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
+from broker.security.certificates import attribute_text, common_name
 from broker.transport.layers import Layer, LayerFactory, no_layers
 
 log = logging.getLogger(__name__)
@@ -69,14 +70,9 @@ class PeerCertificate:
     @classmethod
     def from_der(cls, der: bytes) -> PeerCertificate:
         name = x509.load_der_x509_certificate(der).subject
-        cns = [_text(a.value) for a in name.get_attributes_for_oid(NameOID.COMMON_NAME)]
-        dcs = [_text(a.value) for a in reversed(list(name))
+        dcs = [attribute_text(a.value) for a in reversed(list(name))
                if a.oid == NameOID.DOMAIN_COMPONENT]
-        return cls(name.rfc4514_string(), cns[0] if cns else "", tuple(dcs))
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        return cls(name.rfc4514_string(), common_name(name), tuple(dcs))
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,12 +147,8 @@ class TlsLayer:
 
     def end_stream(self) -> bytes:
         """Our ``close_notify`` (once; b"" when the layer has closed or never finished its handshake)."""
-        if self._handshaken and not self._closed and not self._ended:
-            self._ended = True
-            try:
-                self._ssl.unwrap()
-            except ssl.SSLError:
-                pass                    # the peer's close_notify is not awaited
+        if self._handshaken and not self._closed:
+            self._write_close_notify()
         return self._take()
 
     # -- internals ------------------------------------------------------------------
@@ -215,14 +207,18 @@ class TlsLayer:
         except (ssl.SSLError, ValueError) as exc:
             self._fail(exc)
 
-    def _peer_closed(self) -> None:
-        """The peer's close_notify: answer with ours, then the stream is over."""
+    def _write_close_notify(self) -> None:
+        """Our close_notify, once (the peer's is not awaited)."""
         if not self._ended:
             self._ended = True
             try:
                 self._ssl.unwrap()
             except ssl.SSLError:
                 pass
+
+    def _peer_closed(self) -> None:
+        """The peer's close_notify: answer with ours, then the stream is over."""
+        self._write_close_notify()
         self._closed = True
         self.close_reason = "the peer closed TLS (close_notify)"
 
