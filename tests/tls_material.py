@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import NameOID
 
 from broker.security import cert_generation as generation
@@ -75,3 +76,16 @@ def expired_certificate(key_path: Path, cert_path: Path) -> None:
                    .sign(key, hashes.SHA256()))
     generation.write_file(key_path, generation.key_pem(key), private=True)
     generation.write_file(cert_path, generation.certificate_pem(certificate), private=False)
+
+
+def write_pkcs12(path: Path, pki: Pki, password: str, *, with_key: bool = True) -> Path:
+    """A PKCS12 store made by cryptography: the server's key and chain (alias ``server``) and
+    the CA's certificate (alias ``ca``), or only the latter."""
+    ca = pkcs12.PKCS12Certificate(x509.load_pem_x509_certificate(pki.ca.read_bytes()), b"ca")
+    key = serialization.load_pem_private_key(pki.server_key.read_bytes(), None) if with_key \
+        else None
+    cert = x509.load_pem_x509_certificate(pki.server_cert.read_bytes()) if with_key else None
+    path.write_bytes(pkcs12.serialize_key_and_certificates(
+        b"server" if with_key else None, key, cert, [ca],  # type: ignore[arg-type]
+        serialization.BestAvailableEncryption(password.encode())))
+    return path

@@ -140,14 +140,14 @@ def key_material(private_key_url: str, certificate_url: str, intermediate_url: s
     chain = load_certificates(certificate_url, what)
     if intermediate_url:
         chain += load_certificates(intermediate_url, what)
-    if not _same_public_key(key, chain[0]):
+    if not same_public_key(key, chain[0]):
         raise ConfigurationError(f"{what}: the private key in '{_short(private_key_url)}' does"
                                  f" not belong to the certificate of '{subject_name(chain[0])}'"
                                  f" in '{_short(certificate_url)}'")
     return KeyMaterial(key, tuple(chain))
 
 
-def _same_public_key(key: types.PrivateKeyTypes, certificate: x509.Certificate) -> bool:
+def same_public_key(key: types.PrivateKeyTypes, certificate: x509.Certificate) -> bool:
     spki = serialization.PublicFormat.SubjectPublicKeyInfo
     der = serialization.Encoding.DER
     return bool(key.public_key().public_bytes(der, spki)
