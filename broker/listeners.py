@@ -186,7 +186,8 @@ def transport_layers(port: Port) -> tuple[LayerFactory, str]:
                 (Transport.WSS if wss else Transport.WS).value)
     if context is None:
         return no_layers, Transport.TCP.value
-    return layer_factory(names, context), Transport.TCP.value
+    upgrade = any(protocol.name == "AMQP_1_0" for protocol in port.protocols)  # 1.0's TLS header
+    return layer_factory(names, context, upgrade=upgrade), Transport.TCP.value
 
 
 class HttpListener:
@@ -311,8 +312,10 @@ class Listeners:
 
     def _listen_http(self, port: Port) -> HttpListener:
         plugin = self.management(port)
+        wss = Transport.SSL in port.transports          # HTTPS: its WebSocket path is wss
         websockets = ConnectionRegistry(limits=HandshakeLimits.resolved(port.resolve),
-                                        opening=self.opening, transport=Transport.WS.value)
+                                        opening=self.opening,
+                                        transport=(Transport.WSS if wss else Transport.WS).value)
         listener = HttpListener(port, plugin, plugin.bind(), websockets)
         self._http.append(listener)
         self.group.start_soon(listener.serve)

@@ -92,7 +92,8 @@ class HttpManagement:
                                     log_config=None, access_log=False, server_header=False,
                                     timeout_graceful_shutdown=GRACEFUL_SHUTDOWN,
                                     ws="wsproto", ws_max_size=settings.max_message_size,
-                                    ws_per_message_deflate=False)
+                                    ws_per_message_deflate=False,
+                                    ssl_context_factory=_https_context(port))
             server = self._server = _BrokerOwnedServer(config)
             server.should_exit = self._stopping
             async with anyio.create_task_group() as tg:
@@ -142,6 +143,13 @@ class HttpManagement:
             return
         self._server.should_exit = True
         await self._stopped.wait()
+
+
+def _https_context(port: Any) -> Any:
+    """uvicorn's SSL context factory for a port serving HTTPS (None: plain HTTP)."""
+    if not getattr(port, "serves_tls", False):
+        return None
+    return lambda _config, _default: port.https_tls_context()
 
 
 async def _sample_rates(sampler: RateSampler) -> None:

@@ -321,7 +321,7 @@ class AmqpPort(TlsPortAttributes, Port):
                                          f" cannot also carry {others}; give it a port of its own")
 
 
-class HttpPort(Port):
+class HttpPort(TlsPortAttributes, Port):
     type_name = "HTTP"
 
     protocols = attribute(list, of=PortProtocol, default=["HTTP"], choices=("HTTP",),
@@ -331,3 +331,8 @@ class HttpPort(Port):
         super().validate()
         if self.protocols != [PortProtocol.HTTP]:
             raise ConfigurationError(f"{self.label}: an HTTP port carries HTTP only")
+        if self.transports not in ([Transport.TCP], [Transport.SSL]):
+            raise ConfigurationError(f"{self.label}: an HTTP port's 'transports' are [\"TCP\"]"
+                                     " (HTTP) or [\"SSL\"] (HTTPS); got"
+                                     f" {[t.name for t in self.transports]}")
+        self.validate_tls()                     # HTTPS: keyStore, trustStores (port_tls)

@@ -1,8 +1,10 @@
 """A port's TLS attributes (Broker-J's names) and the TLS context they make.
 
-An AMQP port whose ``transports`` include ``SSL`` serves TLS: ``["SSL"]``
+An HTTP port whose ``transports`` are ``["SSL"]`` serves HTTPS
+(:meth:`TlsPortAttributes.https_tls_context`).  An AMQP port whose
+``transports`` include ``SSL`` serves TLS: ``["SSL"]``
 only TLS, ``["TCP", "SSL"]`` both on one port number (the first byte tells
-them apart, :class:`broker.transport.tls.TlsOrPlain`).  Such a port names
+them apart, :class:`broker.transport.tls.TlsStart`).  Such a port names
 
 * ``keyStore``: the :class:`~broker.model.keystore.KeyStore` whose
   certificate it presents (mandatory);
@@ -127,6 +129,21 @@ class TlsPortAttributes:
             cipher_suites=self.tls_cipher_suite_allow_list, what=port.label)
         self._tls_cache = (stamp, context)
         return context
+
+    def https_tls_context(self) -> ssl.SSLContext:
+        """The context of a server that keeps one for every connection (uvicorn on an HTTP
+        port): at each handshake it hands the connection the port's current context, so a
+        reloaded key or trust store serves new connections there too.  (The verify mode stays
+        the first context's: OpenSSL keeps a connection's own.)"""
+        first = self.tls_context()
+
+        def current(connection: ssl.SSLObject | ssl.SSLSocket, server_name: str | None,
+                    context: ssl.SSLContext) -> None:
+            latest = self.connection_tls_context()
+            if latest is not context:
+                connection.context = latest
+        first.sni_callback = current
+        return first
 
     def connection_tls_context(self) -> ssl.SSLContext:
         """:meth:`tls_context` for a connection being accepted: if a new context cannot be

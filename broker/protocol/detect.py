@@ -39,6 +39,7 @@ HEADERS: dict[bytes, AmqpVersion] = {
 }
 HEADER_FOR = {version: header for header, version in HEADERS.items()}
 PREFERRED_HEADER = HEADER_FOR[AmqpVersion.V0_9_1]
+AMQP_1_0_HEADERS = (AmqpVersion.V1_0, AmqpVersion.V1_0_SASL, AmqpVersion.V1_0_TLS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,15 +54,21 @@ def detect(header: bytes, supported: frozenset[AmqpVersion], preferred: bytes = 
     """Decide what to do with the first 8 bytes of a connection.
 
     ``supported`` is what the port enables.  A header for an enabled version
-    selects it; anything else (garbage, a disabled, unimplemented or unknown
-    version) gets ``preferred`` back -- by default the header of 0-9-1, or of
-    the newest 0-9-1 family member the port enables.
+    selects it; an AMQP 1.0 header the port does not serve (TLS, where it has
+    none) gets the 1.0 SASL header back when the port serves 1.0; anything else
+    (garbage, a disabled, unimplemented or unknown version) gets ``preferred``
+    back -- by default the header of 0-9-1, or of the newest 0-9-1 family
+    member the port enables.
     """
     if len(header) < HEADER_SIZE:
         raise ValueError("need 8 bytes to detect the protocol")
     version = HEADERS.get(bytes(header[:HEADER_SIZE]))
     if version is not None and version in supported:
         return Detected(version)
+    if version in AMQP_1_0_HEADERS and AmqpVersion.V1_0_SASL in supported:
+        # a 1.0 header the port does not serve (the TLS header on a port without TLS):
+        # the 1.0 header it does serve (AMQP 1.0 part 2, 2.2; part 5, 5.2.1)
+        return Detected(None, HEADER_FOR[AmqpVersion.V1_0_SASL])
     if preferred:
         return Detected(None, preferred)
     preferred = PREFERRED_HEADER

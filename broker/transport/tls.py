@@ -20,12 +20,16 @@ our own goodbye when the connection above ends.
 Plaintext the layer above gives before the handshake is complete is kept and
 sent once it is.
 
-:class:`TlsOrPlain` is port unification (Broker-J's, for a port with both the
-``TCP`` and ``SSL`` transports): the first byte of a TLS connection is a
-handshake record (content type 22, 0x16); any AMQP protocol header begins
-with ``A``.  The first byte decides, for good, whether a :class:`TlsLayer`
-serves the connection or the bytes pass untouched (and the transport then
-bypasses the layer: :attr:`TlsOrPlain.transparent`).
+:class:`TlsStart` reads the first bytes of a connection on a TLS port.  The
+first byte of a TLS connection is a handshake record (content type 22,
+0x16): TLS at once.  An AMQP 1.0 client may instead open with the TLS header
+``AMQP 2 1 0 0`` (AMQP 1.0 part 5.2.1): on a port that serves 1.0 it is
+answered with the same header and the handshake follows, the ordinary
+protocol header coming inside TLS, as Broker-J does.  Any other header
+begins with ``A``: on a port with both the ``TCP`` and ``SSL`` transports
+(Broker-J's port unification) the bytes then pass untouched, for good, and
+the transport bypasses the layer (:attr:`TlsStart.transparent`); on a
+TLS-only port they go to TLS, which refuses them with an alert.
 
 :func:`layer_factory` gives a port's :data:`~broker.transport.layers.LayerFactory`
 from its transports, and :func:`tls_session` finds, in a connection's layers,
@@ -52,6 +56,8 @@ log = logging.getLogger(__name__)
 TLS_HANDSHAKE_RECORD = 0x16
 #: plaintext taken from the SSL object per read (a record carries at most 16 KiB)
 READ_SIZE = 1 << 16
+#: AMQP 1.0's TLS header (part 5.2.1): the handshake follows, then the ordinary header in TLS
+AMQP_TLS_HEADER = b"AMQP\x02\x01\x00\x00"
 #: a fatal handshake_failure alert (TLS 1.2 record), for a peer that never spoke TLS
 HANDSHAKE_FAILURE_ALERT = b"\x15\x03\x03\x00\x02\x02\x28"
 
@@ -237,15 +243,21 @@ class TlsLayer:
             self._outgoing.write(HANDSHAKE_FAILURE_ALERT)
 
 
-class TlsOrPlain:
-    """Port unification: TLS if the first byte is a handshake record, plain TCP otherwise.
+class TlsStart:
+    """How a connection on a TLS port begins, told by its first bytes (see module docstring).
 
-    ``TlsOrPlain(make_tls)``: ``make_tls()`` gives the :class:`TlsLayer` for a TLS client.
+    ``TlsStart(make_tls, *, plain, upgrade)``: ``make_tls()`` gives the :class:`TlsLayer`;
+    ``plain``: the port carries plain TCP too; ``upgrade``: AMQP 1.0's TLS header is
+    accepted (the port serves AMQP 1.0).
     """
 
-    def __init__(self, make_tls: Callable[[], TlsLayer]) -> None:
+    def __init__(self, make_tls: Callable[[], TlsLayer], *, plain: bool, upgrade: bool) -> None:
         self._make_tls = make_tls
+        self._plain = plain
+        self._upgrade = upgrade
         self._decided = False
+        self._head = b""                # the first bytes, while they may be the TLS header
+        self._reply = b""               # the TLS header, answered
         self.tls: TlsLayer | None = None
 
     @property
@@ -267,40 +279,55 @@ class TlsOrPlain:
 
     @property
     def buffered_bytes(self) -> int:
-        return self.tls.buffered_bytes if self.tls is not None else 0
+        return len(self._head) + (self.tls.buffered_bytes if self.tls is not None else 0)
 
     def receive_data(self, data: bytes) -> bytes:
-        if not self._decided:
-            if not data:
+        if self._decided:
+            return data if self.tls is None else self.tls.receive_data(data)
+        data = self._head + data
+        if not data:
+            return b""
+        if self._upgrade and data[0] != TLS_HANDSHAKE_RECORD:
+            if len(data) < len(AMQP_TLS_HEADER) and AMQP_TLS_HEADER.startswith(data):
+                self._head = data       # may still be the TLS header: wait for the rest
                 return b""
-            self._decided = True
-            if data[0] == TLS_HANDSHAKE_RECORD:
+            if data.startswith(AMQP_TLS_HEADER):
+                # AMQP 1.0 part 5.2.1: answer with the TLS header; the handshake follows
+                self._head, self._decided, self._reply = b"", True, AMQP_TLS_HEADER
                 self.tls = self._make_tls()
-        if self.tls is None:
-            return data
-        return self.tls.receive_data(data)
+                rest = data[len(AMQP_TLS_HEADER):]
+                return self.tls.receive_data(rest) if rest else b""
+        self._head, self._decided = b"", True
+        if data[0] == TLS_HANDSHAKE_RECORD or not self._plain:
+            self.tls = self._make_tls()   # not TLS on a TLS-only port: it fails with an alert
+            return self.tls.receive_data(data)
+        return data
 
     def send_data(self, data: bytes) -> bytes:
         return data if self.tls is None else self.tls.send_data(data)
 
     def data_to_send(self) -> bytes:
-        return self.tls.data_to_send() if self.tls is not None else b""
+        reply, self._reply = self._reply, b""
+        return reply + self.tls.data_to_send() if self.tls is not None else reply
 
     def end_stream(self) -> bytes:
         return self.tls.end_stream() if self.tls is not None else b""
 
 
-def layer_factory(transports: Collection[str], context: Callable[[], ssl.SSLContext]
-                  ) -> LayerFactory:
+def layer_factory(transports: Collection[str], context: Callable[[], ssl.SSLContext], *,
+                  upgrade: bool = False) -> LayerFactory:
     """The layers of a port that carries ``transports`` (``TCP``, ``SSL``): nothing for plain
-    TCP, TLS for ``SSL`` alone, :class:`TlsOrPlain` for both.  ``context()`` gives the
-    server context for each new TLS connection (the key store's current certificate)."""
+    TCP; for ``SSL``, a :class:`TlsStart` that also lets plain clients in when the port
+    carries ``TCP`` too, and accepts AMQP 1.0's TLS header with ``upgrade``, else (TLS
+    only) the :class:`TlsLayer` itself.  ``context()`` gives the server context for each
+    new TLS connection (the key store's current certificate)."""
     if "SSL" not in transports:
         return no_layers
-    if "TCP" in transports:
-        def unified() -> Sequence[Layer]:
-            return (TlsOrPlain(lambda: TlsLayer(context())),)
-        return unified
+    plain = "TCP" in transports
+    if plain or upgrade:
+        def starting() -> Sequence[Layer]:
+            return (TlsStart(lambda: TlsLayer(context()), plain=plain, upgrade=upgrade),)
+        return starting
 
     def tls_only() -> Sequence[Layer]:
         return (TlsLayer(context()),)

@@ -6,12 +6,16 @@ serves, beside its plain port:
 
 * ``AMQPS``: TLS only;
 * ``UNIFIED``: plain and TLS on one port number (the first byte decides);
-* ``MTLS``: TLS with a client certificate required, verified against the CA.
+* ``MTLS``: TLS with a client certificate required, verified against the CA;
+* ``HTTPS``: the REST API and console over TLS, with the key of a PKCS12
+  ``FileKeyStore``.
 
 pika, aio-pika and py-amqp connect over TLS, verifying the broker's
 certificate and host name; SASL EXTERNAL logs in with a client certificate
 from pika and from python-qpid-proton (AMQP 1.0); the key store's ``reload``
-operation makes new connections get a renewed certificate.  The default
+operation makes new connections get a renewed certificate.  An AMQP 1.0
+client that opens with the TLS header (``AMQP 2 1 0 0``) is served over TLS,
+built by hand with Python's ssl over a socket (proton cannot do it).  The default
 configuration's AMQPS port, with its certificate generated at first start, is
 tried too.
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import socket
 import ssl
 import subprocess
 from collections.abc import Iterator
@@ -29,13 +34,17 @@ from pathlib import Path
 from typing import Any
 
 import amqp
+import httpx
 import pika
 import pika.credentials
 import pika.exceptions
 import pytest
 
 from tests.mgmt.conftest import Api, wait_for_http
-from tests.tls_material import Pki
+from broker.protocol.amqp1_0.decoding import decode
+from broker.protocol.amqp1_0.definitions import SaslInit, SaslMechanisms, SaslOutcome
+from broker.protocol.amqp1_0.encoding import encode
+from tests.tls_material import Pki, write_pkcs12
 
 from .conftest import DeltaMQProcess, _free_port, _serve_command
 from .support import unique
@@ -69,6 +78,9 @@ class TlsBroker:
         return found if isinstance(found, list) else [found]
 
 
+P12_PASSWORD = "p12-secret"
+
+
 def _tls_config(pki: Pki) -> dict[str, Any]:
     ports: list[dict[str, Any]] = [
         {"name": "AMQP", "port": "${deltamq.amqp_port}"},
@@ -83,11 +95,18 @@ def _tls_config(pki: Pki) -> dict[str, Any]:
         port.update(type="AMQP", authenticationProvider="passwordFile")
     ports.append({"name": "HTTP", "type": "HTTP", "port": "${deltamq.http_port}",
                   "protocols": ["HTTP"], "authenticationProvider": "passwordFile"})
+    ports.append({"name": "HTTPS", "type": "HTTP", "port": "${test.https_port}",
+                  "protocols": ["HTTP"], "transports": ["SSL"], "keyStore": "pkcs12",
+                  "authenticationProvider": "passwordFile"})
+    store = write_pkcs12(pki.directory / "server.p12", pki, P12_PASSWORD)
     return {
         "name": "tls-test",
         "authenticationproviders": [{"name": "passwordFile", "type": "PasswordFile"}],
         "keystores": [{"name": "server", "type": "NonJavaKeyStore",
-                       "privateKeyUrl": str(pki.server_key), "certificateUrl": str(pki.server_cert)}],
+                       "privateKeyUrl": str(pki.server_key), "certificateUrl": str(pki.server_cert)},
+                      {"name": "pkcs12", "type": "FileKeyStore", "storeUrl": str(store),
+                       "password": P12_PASSWORD, "keyStoreType": "PKCS12",
+                       "keyManagerFactoryAlgorithm": "SunX509"}],
         "truststores": [{"name": "clients", "type": "NonJavaTrustStore",
                          "certificatesUrl": str(pki.ca)}],
         "ports": ports,
@@ -104,11 +123,12 @@ def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
     pki = Pki(base / "pki")
     config = base / "config.json"
     config.write_text(json.dumps(_tls_config(pki)))
-    ports = {name: _free_port() for name in ("AMQPS", "UNIFIED", "MTLS")}
+    ports = {name: _free_port() for name in ("AMQPS", "UNIFIED", "MTLS", "HTTPS")}
     process = DeltaMQProcess()
     process.command += ["--config", str(config), "-D", f"test.amqps_port={ports['AMQPS']}",
                         "-D", f"test.unified_port={ports['UNIFIED']}",
-                        "-D", f"test.mtls_port={ports['MTLS']}"]
+                        "-D", f"test.mtls_port={ports['MTLS']}",
+                        "-D", f"test.https_port={ports['HTTPS']}"]
     process.start()
     api = Api(process.http_port)
     try:
@@ -315,3 +335,72 @@ def test_the_default_configuration_serves_amqps_from_a_fresh_start() -> None:
                                            credentials=pika.PlainCredentials("guest", "guest"))
         with pika.BlockingConnection(params) as conn:
             _round_trip(conn.channel())
+
+
+# -- HTTPS on the HTTP port ----------------------------------------------------------------
+
+def test_the_rest_api_and_console_over_https(tls_broker: TlsBroker) -> None:
+    base = f"https://localhost:{tls_broker.ports['HTTPS']}"
+    context = ssl.create_default_context(cafile=str(tls_broker.pki.ca))
+    with httpx.Client(base_url=base, verify=context, auth=("guest", "guest"), timeout=30) as client:
+        broker = client.get("/api/latest/broker")
+        assert broker.status_code == 200 and broker.json()["name"] == "tls-test"
+        [https] = [p for p in client.get("/api/latest/port").json() if p["name"] == "HTTPS"]
+        assert https["transports"] == ["SSL"] and https["keyStore"] == "pkcs12"
+        console = client.get("/")
+        assert console.status_code == 200 and 'id="login-form"' in console.text
+    with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        httpx.get(f"{base}/api/latest/broker", timeout=30)      # the system's CAs: not ours
+    with pytest.raises(httpx.TransportError):                   # plain HTTP gets no answer
+        httpx.get(f"http://localhost:{tls_broker.ports['HTTPS']}/api/latest/broker", timeout=30)
+    assert tls_broker.process.alive()
+
+
+# -- AMQP 1.0's TLS header (AMQP 1.0 part 5, 5.2.1) -----------------------------------------
+
+TLS_HEADER = b"AMQP\x02\x01\x00\x00"
+SASL_HEADER = b"AMQP\x03\x01\x00\x00"
+
+
+def _read(sock: socket.socket | ssl.SSLSocket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError(f"closed after {data!r}")
+        data += chunk
+    return data
+
+
+def _sasl_frame(sock: ssl.SSLSocket) -> Any:
+    size = int.from_bytes(_read(sock, 4), "big")
+    frame = _read(sock, size - 4)
+    assert frame[1] == 1, "a SASL frame"                   # type 1: SASL
+    return decode(frame[frame[0] * 4 - 4:])[0]
+
+
+@pytest.mark.parametrize("port", ["AMQPS", "UNIFIED"])
+def test_an_amqp_1_0_client_upgrades_to_tls_with_the_tls_header(tls_broker: TlsBroker,
+                                                                port: str) -> None:
+    context = ssl.create_default_context(cafile=str(tls_broker.pki.ca))
+    with socket.create_connection(("localhost", tls_broker.ports[port]), timeout=30) as raw:
+        raw.sendall(TLS_HEADER)
+        assert _read(raw, 8) == TLS_HEADER                   # the broker agrees to TLS
+        with context.wrap_socket(raw, server_hostname="localhost") as tls:
+            assert tls.version() in ("TLSv1.2", "TLSv1.3")
+            tls.sendall(SASL_HEADER)                         # the ordinary header, inside TLS
+            assert _read(tls, 8) == SASL_HEADER
+            mechanisms = _sasl_frame(tls)
+            assert isinstance(mechanisms, SaslMechanisms)
+            assert "PLAIN" in mechanisms.sasl_server_mechanisms
+            init = encode(SaslInit(mechanism="PLAIN", initial_response=b"\0guest\0guest"))
+            tls.sendall((8 + len(init)).to_bytes(4, "big") + b"\x02\x01\x00\x00" + init)
+            outcome = _sasl_frame(tls)
+            assert isinstance(outcome, SaslOutcome) and outcome.code == 0
+
+
+def test_the_tls_header_on_a_port_without_tls_gets_the_sasl_header(tls_broker: TlsBroker) -> None:
+    with socket.create_connection(("localhost", tls_broker.ports["AMQP"]), timeout=30) as raw:
+        raw.sendall(TLS_HEADER)
+        assert _read(raw, 8) == SASL_HEADER
+        assert raw.recv(1) == b""                            # and the broker closes

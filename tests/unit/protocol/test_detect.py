@@ -38,3 +38,15 @@ def test_a_port_without_0_9_1_prefers_what_it_has() -> None:
 def test_short_header_is_a_caller_error() -> None:
     with pytest.raises(ValueError):
         detect(b"AMQP", ALL_0_9_1_FAMILY)
+
+
+WITH_1_0 = ALL_0_9_1_FAMILY | {AmqpVersion.V1_0, AmqpVersion.V1_0_SASL}
+
+
+def test_the_1_0_tls_header_without_tls_gets_the_1_0_header_the_port_serves() -> None:
+    """AMQP 1.0 part 5, 5.2.1 and part 2, 2.2: a port without TLS answers the TLS header
+    with a 1.0 header it supports (SASL), then closes -- not with 0-9-1's."""
+    detected = detect(b"AMQP\x02\x01\x00\x00", WITH_1_0, PREFERRED_HEADER)
+    assert detected.version is None and detected.reply == b"AMQP\x03\x01\x00\x00"
+    # a port without 1.0 answers with what it has
+    assert detect(b"AMQP\x02\x01\x00\x00", ALL_0_9_1_FAMILY).reply == PREFERRED_HEADER

@@ -25,7 +25,7 @@ from broker.protocol.amqp0_9_1 import methods as m
 from broker.security.certificates import key_material, load_certificates, server_context
 from broker.transport.layers import LayerChain
 from broker.transport.tcp import ConnectionRegistry
-from broker.transport.tls import (HANDSHAKE_FAILURE_ALERT, PeerCertificate, TlsLayer, TlsOrPlain,
+from broker.transport.tls import (AMQP_TLS_HEADER, HANDSHAKE_FAILURE_ALERT, PeerCertificate, TlsLayer, TlsStart,
                                   layer_factory, tls_session)
 from tests.tls_material import Pki, make_pki
 
@@ -212,8 +212,12 @@ def test_peer_certificate_names() -> None:
 
 # -- port unification ------------------------------------------------------------------------
 
+def _unified(pki: Pki, *, plain: bool = True, upgrade: bool = False) -> TlsStart:
+    return TlsStart(lambda: TlsLayer(_server_context(pki)), plain=plain, upgrade=upgrade)
+
+
 def test_unification_passes_a_plain_client_through_untouched(pki: Pki) -> None:
-    layer = TlsOrPlain(lambda: TlsLayer(_server_context(pki)))
+    layer = _unified(pki)
     assert not layer.transparent
     assert layer.receive_data(HEADER_0_9_1) == HEADER_0_9_1
     assert layer.transparent and layer.session is None
@@ -221,7 +225,7 @@ def test_unification_passes_a_plain_client_through_untouched(pki: Pki) -> None:
 
 
 def test_unification_serves_a_tls_client_by_its_first_byte(pki: Pki) -> None:
-    layer = TlsOrPlain(lambda: TlsLayer(_server_context(pki)))
+    layer = _unified(pki)
     client = _client(pki)
     client.send_data(HEADER_0_9_1)
     hello = client.data_to_send()
@@ -240,7 +244,68 @@ def test_layer_factory_by_transports(pki: Pki) -> None:
     [only] = layer_factory(["SSL"], lambda: context)()
     assert isinstance(only, TlsLayer)
     [unified] = layer_factory(["TCP", "SSL"], lambda: context)()
-    assert isinstance(unified, TlsOrPlain)
+    assert isinstance(unified, TlsStart)
+    [upgradable] = layer_factory(["SSL"], lambda: context, upgrade=True)()
+    assert isinstance(upgradable, TlsStart)
+
+
+# -- AMQP 1.0's TLS header (AMQP 1.0 part 5, 5.2.1) -----------------------------------------
+
+HEADER_1_0_SASL = b"AMQP\x03\x01\x00\x00"
+
+
+def _upgrade(layer: TlsStart, pki: Pki, first: bytes) -> bytes:
+    """A 1.0 client's TLS header (sent as ``first`` then the rest), the handshake, then its
+    SASL header inside TLS: what reaches the layer above (the check of the answer is here)."""
+    assert layer.receive_data(first) == b""
+    assert layer.receive_data(AMQP_TLS_HEADER[len(first):]) == b""
+    assert layer.data_to_send() == AMQP_TLS_HEADER          # the same header answers
+    assert layer.tls is not None and not layer.transparent
+    client = _client(pki)
+    client.send_data(HEADER_1_0_SASL)
+    up, _ = _pump(client, layer)  # type: ignore[arg-type]
+    assert client.handshake_complete and layer.session is not None
+    return up
+
+
+@pytest.mark.parametrize("split", range(len(AMQP_TLS_HEADER)))
+@pytest.mark.parametrize("plain", [True, False])
+def test_the_tls_header_is_answered_then_tls_carries_the_header(pki: Pki, split: int,
+                                                                plain: bool) -> None:
+    layer = _unified(pki, plain=plain, upgrade=True)
+    assert _upgrade(layer, pki, AMQP_TLS_HEADER[:split]) == HEADER_1_0_SASL
+
+
+def test_a_client_hello_right_behind_the_tls_header_is_served(pki: Pki) -> None:
+    layer = _unified(pki, plain=False, upgrade=True)
+    client = _client(pki)
+    client.send_data(HEADER_1_0_SASL)
+    assert layer.receive_data(AMQP_TLS_HEADER + client.data_to_send()) == b""
+    answer = layer.data_to_send()
+    assert answer.startswith(AMQP_TLS_HEADER) and answer[len(AMQP_TLS_HEADER)] == 0x16
+    client.receive_data(answer[len(AMQP_TLS_HEADER):])
+    up, _ = _pump(client, layer)  # type: ignore[arg-type]
+    assert up == HEADER_1_0_SASL
+
+
+def test_with_the_upgrade_a_plain_header_still_passes_on_a_unified_port(pki: Pki) -> None:
+    layer = _unified(pki, upgrade=True)
+    assert layer.receive_data(HEADER_0_9_1[:4]) == b""       # "AMQP": may be the TLS header
+    assert layer.buffered_bytes == 4
+    assert layer.receive_data(HEADER_0_9_1[4:]) == HEADER_0_9_1
+    assert layer.transparent and layer.data_to_send() == b""
+
+
+def test_without_the_upgrade_the_tls_header_is_not_answered(pki: Pki) -> None:
+    layer = _unified(pki)
+    assert layer.receive_data(AMQP_TLS_HEADER) == AMQP_TLS_HEADER   # detection refuses it
+    assert layer.transparent and layer.data_to_send() == b""
+
+
+def test_a_plain_header_on_a_tls_only_port_with_the_upgrade_gets_an_alert(pki: Pki) -> None:
+    layer = _unified(pki, plain=False, upgrade=True)
+    assert layer.receive_data(HEADER_1_0_SASL) == b""
+    assert layer.closed and layer.data_to_send() == HANDSHAKE_FAILURE_ALERT
 
 
 def test_a_chain_ends_with_the_tls_goodbye(pki: Pki) -> None:
