@@ -166,7 +166,8 @@ def create_app(port: ConfiguredObject, permissions: Permissions | None = None) -
                                      "csrfToken": session.csrf_token if session else None,
                                      "administrator": management.administrator(principal)},
                             media_type=MediaType.JSON)
-        response.set_cookie(SESSION_COOKIE, token, httponly=True, samesite="strict", path="/")
+        response.set_cookie(SESSION_COOKIE, token, httponly=True, samesite="strict", path="/",
+                            secure=request.url.scheme == "https")   # HTTPS: never sent in clear
         return response
 
     @get("/service/session", summary="Who is logged in, and the session's CSRF token",

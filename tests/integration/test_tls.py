@@ -98,7 +98,12 @@ def _tls_config(pki: Pki) -> dict[str, Any]:
     ports.append({"name": "HTTPS", "type": "HTTP", "port": "${test.https_port}",
                   "protocols": ["HTTP"], "transports": ["SSL"], "keyStore": "pkcs12",
                   "authenticationProvider": "passwordFile"})
+    ports.append({"name": "HTTPS_MTLS", "type": "HTTP", "port": "${test.https_mtls_port}",
+                  "protocols": ["HTTP"], "transports": ["SSL"], "keyStore": "pkcs12",
+                  "trustStores": ["pkcs12-clients"], "needClientAuth": True,
+                  "authenticationProvider": "passwordFile"})
     store = write_pkcs12(pki.directory / "server.p12", pki, P12_PASSWORD)
+    trust = write_pkcs12(pki.directory / "clients.p12", pki, P12_PASSWORD, with_key=False)
     return {
         "name": "tls-test",
         "authenticationproviders": [{"name": "passwordFile", "type": "PasswordFile"}],
@@ -108,7 +113,9 @@ def _tls_config(pki: Pki) -> dict[str, Any]:
                        "password": P12_PASSWORD, "keyStoreType": "PKCS12",
                        "keyManagerFactoryAlgorithm": "SunX509"}],
         "truststores": [{"name": "clients", "type": "NonJavaTrustStore",
-                         "certificatesUrl": str(pki.ca)}],
+                         "certificatesUrl": str(pki.ca)},
+                        {"name": "pkcs12-clients", "type": "FileTrustStore",
+                         "storeUrl": str(trust), "password": P12_PASSWORD}],
         "ports": ports,
         "virtualhostnodes": [{"name": "default", "type": "memory",
                               "virtualHostInitialConfiguration": {"name": "default"}}],
@@ -123,12 +130,13 @@ def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
     pki = Pki(base / "pki")
     config = base / "config.json"
     config.write_text(json.dumps(_tls_config(pki)))
-    ports = {name: _free_port() for name in ("AMQPS", "UNIFIED", "MTLS", "HTTPS")}
+    ports = {name: _free_port() for name in ("AMQPS", "UNIFIED", "MTLS", "HTTPS", "HTTPS_MTLS")}
     process = DeltaMQProcess()
     process.command += ["--config", str(config), "-D", f"test.amqps_port={ports['AMQPS']}",
                         "-D", f"test.unified_port={ports['UNIFIED']}",
                         "-D", f"test.mtls_port={ports['MTLS']}",
-                        "-D", f"test.https_port={ports['HTTPS']}"]
+                        "-D", f"test.https_port={ports['HTTPS']}",
+                        "-D", f"test.https_mtls_port={ports['HTTPS_MTLS']}"]
     process.start()
     api = Api(process.http_port)
     try:
@@ -354,6 +362,26 @@ def test_the_rest_api_and_console_over_https(tls_broker: TlsBroker) -> None:
     with pytest.raises(httpx.TransportError):                   # plain HTTP gets no answer
         httpx.get(f"http://localhost:{tls_broker.ports['HTTPS']}/api/latest/broker", timeout=30)
     assert tls_broker.process.alive()
+
+
+def test_the_console_session_cookie_is_secure_over_https(tls_broker: TlsBroker) -> None:
+    context = ssl.create_default_context(cafile=str(tls_broker.pki.ca))
+    login = httpx.post(f"https://localhost:{tls_broker.ports['HTTPS']}/service/login",
+                       data={"username": "guest", "password": "guest"}, verify=context,
+                       timeout=30)
+    assert login.status_code == 200, login.text
+    assert "secure" in login.headers["set-cookie"].lower()
+
+
+def test_https_with_a_required_client_certificate(tls_broker: TlsBroker) -> None:
+    """The port's trust store is a PKCS12 FileTrustStore; the REST login is still a password."""
+    url = f"https://localhost:{tls_broker.ports['HTTPS_MTLS']}/api/latest/broker"
+    with_certificate = tls_broker.pki.client_context("app")
+    answer = httpx.get(url, verify=with_certificate, auth=("guest", "guest"), timeout=30)
+    assert answer.status_code == 200 and answer.json()["name"] == "tls-test"
+    with pytest.raises(httpx.TransportError):
+        httpx.get(url, verify=tls_broker.pki.client_context(), auth=("guest", "guest"),
+                  timeout=30).raise_for_status()
 
 
 # -- AMQP 1.0's TLS header (AMQP 1.0 part 5, 5.2.1) -----------------------------------------
