@@ -8,6 +8,7 @@ is refused with the conversion to make.
 
 from __future__ import annotations
 
+import base64
 import shutil
 import ssl
 import subprocess
@@ -92,6 +93,29 @@ def test_bad_key_store_settings_are_precise_errors(load: Loader, pki: Pki, tmp_p
     store = write_p12(tmp_path / "server.p12", pki)
     with pytest.raises(ConfigurationError, match=message.replace("(", r"\(").replace(")", r"\)")):
         load(config({"storeUrl": str(store), **change}))
+
+
+def test_a_store_in_a_data_url(load: Loader, pki: Pki, tmp_path: Path) -> None:
+    """As Broker-J's management uploads a store: the file's bytes in a data: URL."""
+    store = write_p12(tmp_path / "server.p12", pki)
+    url = "data:;base64," + base64.b64encode(store.read_bytes()).decode()
+    broker = load(config({"storeUrl": url})).broker
+    assert broker.child("KeyStore", "server").subject_name == "CN=localhost,O=DeltaMQ"  # type: ignore[union-attr]
+
+
+def test_a_trust_store_reload_trusts_what_the_file_holds_now(load: Loader, pki: Pki,
+                                                            tmp_path: Path) -> None:
+    keys = write_p12(tmp_path / "server.p12", pki)
+    other = make_pki(tmp_path / "other", clients=("app",), ca_name="Other CA")
+    trust = write_p12(tmp_path / "trust.p12", other, with_key=False)
+    broker = load(config({"storeUrl": str(keys)}, {"storeUrl": str(trust)},
+                         trustStores=["clients"], needClientAuth=True)).broker
+    [port] = broker.ports()
+    with pytest.raises(AssertionError):       # our client's CA is not trusted yet
+        _handshake(port.tls_context(), pki.client_context("app"))  # type: ignore[attr-defined]
+    write_p12(trust, pki, with_key=False)
+    broker.child("TrustStore", "clients").reload()  # type: ignore[union-attr]
+    _handshake(port.tls_context(), pki.client_context("app"))  # type: ignore[attr-defined]
 
 
 def test_a_store_without_a_key_is_no_key_store(load: Loader, pki: Pki, tmp_path: Path) -> None:
