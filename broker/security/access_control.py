@@ -33,7 +33,7 @@ from typing import Any
 
 from broker.errors import AccessRefused, ConnectionAccessRefused
 from broker.security.acl_rules import Decision, ObjectType, Operation, Properties, Property, \
-    Result, RuleSet, Subject, describe
+    Result, RuleSet, Subject, describe, properties as named_properties
 
 log = logging.getLogger("deltamq.acl")
 
@@ -51,7 +51,8 @@ class AccessControl:
         self.version = 0
         self.active = False
         self._broker: tuple[RuleSet, ...] = ()
-        self._hosts: dict[str, tuple[RuleSet, ...]] = {}
+        #: per virtual host with rules of its own: its rule sets, then the broker's
+        self._chains: dict[str, tuple[RuleSet, ...]] = {}
         self._groups: GroupLookup = lambda user: frozenset()
         #: decisions that refused something, and that allowed something with a -LOG rule
         self.denials = 0
@@ -63,10 +64,10 @@ class AccessControl:
                   groups: GroupLookup | None = None) -> None:
         """The rule sets now in force (each list in priority order), and who is in which group."""
         self._broker = tuple(broker)
-        self._hosts = {name: tuple(sets) for name, sets in hosts.items() if sets}
+        self._chains = {name: (*sets, *self._broker) for name, sets in hosts.items() if sets}
         if groups is not None:
             self._groups = groups
-        self.active = bool(self._broker or self._hosts)
+        self.active = bool(self._broker or self._chains)
         self.version += 1
         self._warned.clear()
 
@@ -84,7 +85,7 @@ class AccessControl:
         """ALLOWED or DENIED (never DEFERRED): what the providers in force say."""
         if not self.active:
             return Result.ALLOWED
-        chain = self._hosts.get(vhost, ()) + self._broker if vhost is not None else self._broker
+        chain = self._chains.get(vhost, self._broker) if vhost is not None else self._broker
         decision = Decision(Result.DEFERRED)
         for rule_set in chain:
             decision = rule_set.check(subject, operation, object_type, properties)
@@ -161,10 +162,8 @@ class ConnectionAccess:
         control = self.control
         if not control.active:
             return
-        props: dict[Property, Any] = {Property.NAME: name, Property.VIRTUALHOST_NAME: self.vhost}
-        for key, value in given.items():
-            if value is not None:
-                props[Property[key.upper()]] = value
+        props = {Property.NAME: name, Property.VIRTUALHOST_NAME: self.vhost,
+                 **named_properties(**given)}
         if not control.allows(self.subject, operation, object_type, props, self.vhost):
             raise AccessRefused(_refusal(operation, object_type, name, self.vhost,
                                          self.subject.name))
