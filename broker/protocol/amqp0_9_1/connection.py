@@ -561,16 +561,17 @@ class AmqpConnection(OutputQueue):
             self._after_input()
             return
         self._logged_in(principal)
+        if self._rest:                      # frames the client sent without waiting
+            self.receive_data(b"")
 
     def _logged_in(self, principal: Principal) -> None:
+        # (also from the frame loop, SCRAM's last secure-ok: the loop reads on by itself)
         self.principal = principal
         self._sasl = self._sasl_done = None
         self.state = State.AWAITING_TUNE_OK
         self.send_method(0, m.ConnectionTune(
             channel_max=self.host.channel_max, frame_max=self.host.frame_max,
             heartbeat=self.host.heartbeat))
-        if self._rest:                      # frames the client sent without waiting
-            self.receive_data(b"")
 
     def _refuse_login(self, text: str) -> None:
         # RabbitMQ's authentication_failure_close: clients that announce it get a

@@ -112,8 +112,8 @@ class Client:
     # -- sending ----------------------------------------------------------------
     def raw(self, data: bytes) -> None:
         self.server.receive_data(data)
-        auth = self.server.authentication
-        if auth is not None:                  # the transport would run this in a thread
+        # the transport runs each step of the SASL exchange in a worker thread (SCRAM: two)
+        while (auth := self.server.authentication) is not None:
             try:
                 principal = auth()
             except Exception as exc:
