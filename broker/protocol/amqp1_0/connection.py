@@ -389,6 +389,8 @@ class AmqpConnection10(OutputQueue):
             return self.host.open_virtual_host(name[len("vhost:"):], self.principal)
         try:
             return self.host.open_virtual_host(name, self.principal)
+        except errors.ResourceError:       # a connection limit (refused once, counted once)
+            raise
         except (errors.InvalidPath, errors.NotAllowed):      # no virtual host of that name
             return self.host.open_virtual_host("", self.principal)
 
