@@ -8,9 +8,9 @@ force needs it:
 * when a connection is accepted and some rule uses ``from_hostname``
   (:attr:`~broker.security.access_control.AccessControl.uses_hostnames`),
   :meth:`HostNames.look_up` starts ``socket.gethostbyaddr`` on the address
-  in a small thread pool of its own (a slow name server cannot hold up the
-  threads that verify passwords); one look-up per address at a time, at
-  most :data:`MAX_PENDING` at once;
+  in :data:`WORKERS` daemon threads of its own (a slow name server cannot
+  hold up the threads that verify passwords, nor the broker's exit); one
+  look-up per address at a time, at most :data:`MAX_PENDING` at once;
 * an answer is kept per address for :data:`TTL` seconds, a failure (no
   name, an error, or no answer within :data:`TIMEOUT` seconds) for
   :data:`FAILED_TTL`; an answer that comes after the timeout is dropped;
@@ -26,9 +26,10 @@ the default DENIED, what only such a rule would allow is refused.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
+import queue
 import socket
+import threading
 import time
 from collections.abc import Callable
 
@@ -63,7 +64,11 @@ class HostNames:
         self._known: dict[str, tuple[str | None, float]] = {}
         #: address -> callbacks waiting for its look-up
         self._pending: dict[str, list[Callable[[str | None], None]]] = {}
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        #: (address, loop) for the worker threads; None tells one to stop
+        self._work: queue.SimpleQueue[tuple[str, asyncio.AbstractEventLoop] | None] = \
+            queue.SimpleQueue()
+        self._workers: list[threading.Thread] = []
+        self._timers: dict[str, asyncio.TimerHandle] = {}
         self.lookups = 0
         self.failures = 0
 
@@ -90,20 +95,27 @@ class HostNames:
                       len(self._pending))
             return
         loop = asyncio.get_running_loop()
-        if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(
-                WORKERS, thread_name_prefix="deltamq-hostname")
+        while len(self._workers) < WORKERS:
+            worker = threading.Thread(target=self._worker, name="deltamq-hostname", daemon=True)
+            worker.start()
+            self._workers.append(worker)
         self._pending[address] = []
         self.lookups += 1
-        future = loop.run_in_executor(self._executor, self._resolve, address)
-        timer = loop.call_later(self.timeout, self._settle, address, None, True)
+        self._timers[address] = loop.call_later(self.timeout, self._settle, address, None, True)
+        self._work.put((address, loop))
 
-        def done(fut: asyncio.Future[str | None]) -> None:
-            timer.cancel()
-            self._settle(address, None if fut.cancelled() or fut.exception() else fut.result(),
-                         False)
-
-        future.add_done_callback(done)
+    def _worker(self) -> None:
+        while (job := self._work.get()) is not None:
+            address, loop = job
+            try:
+                name = self._resolve(address)
+            except Exception:            # a resolver that fails is a look-up without a name
+                log.debug("looking up %s failed", address, exc_info=True)
+                name = None
+            try:
+                loop.call_soon_threadsafe(self._settle, address, name, False)
+            except RuntimeError:         # the loop is closed: nobody waits any more
+                return
 
     def when_known(self, address: str, callback: Callable[[str | None], None]) -> bool:
         """Call ``callback`` with the name once the running look-up of ``address`` ends (None:
@@ -118,6 +130,9 @@ class HostNames:
         waiting = self._pending.pop(address, None)
         if waiting is None:
             return                               # timed out before: the late answer is dropped
+        timer = self._timers.pop(address, None)
+        if timer is not None:
+            timer.cancel()
         if name is None:
             self.failures += 1
             if timed_out:
@@ -131,6 +146,7 @@ class HostNames:
             callback(name)
 
     def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+        """Stop the worker threads (a look-up running on finishes first)."""
+        for _ in self._workers:
+            self._work.put(None)
+        self._workers.clear()
