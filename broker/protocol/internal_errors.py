@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Protocol
 
-log = logging.getLogger("deltamq.protocol")
+log = logging.getLogger(__name__)      # under "broker": the fuzz harnesses watch it
 
 
 class _Dispatching(Protocol):
