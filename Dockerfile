@@ -3,7 +3,10 @@
 # docker-compose.yml runs every service of the stack from it; see docs/docker-compose.md.
 #
 #   docker build -t deltamq .
-#   docker run --rm -p 5672:5672 -p 8080:8080 deltamq     # the broker alone, data in the container
+#   docker run --rm -p 5671-5673:5671-5673 -p 8080:8080 deltamq   # the broker alone, data in the container
+#
+# Ports: 5672 AMQP, 5671 AMQP over TLS (a development certificate is made at first start in
+# /data/tls: its CA certificate is /data/tls/amqps-ca.pem), 5673 AMQP over WebSocket, 8080 HTTP.
 FROM python:3.11-slim-bookworm
 
 # Spark 4 runs on Java 17; javac builds DeltaMQ's Delta log store (lakehouse/jvm);
@@ -43,7 +46,7 @@ from lakehouse.spark import log_store_jar; \
 from lakehouse.spark_object_store import object_store_jars; \
 log_store_jar(delta_jars()); object_store_jars()"
 
-EXPOSE 5672 8080
+EXPOSE 5671 5672 5673 8080
 VOLUME ["/data"]
 ENTRYPOINT ["tini", "--", "/opt/deltamq/docker/entrypoint.sh"]
 CMD ["deltamq", "serve", "--data-dir", "/data"]

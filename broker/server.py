@@ -129,7 +129,8 @@ class BrokerHost:
 
     def open_virtual_host(self, name: str, principal: Any) -> Any:
         self.broker.connection_limits.admit(self.port.name, int(self.port.max_open_connections),
-                                            principal.name, per_user_limit(self.port.resolve))
+                                            principal.name, per_user_limit(self.port.resolve),
+                                            self.broker.access_control.groups_of(principal.name))
         vhost = self.broker.find_virtual_host(name)
         if vhost is None:
             # RabbitMQ answers an unknown vhost with 530 NOT_ALLOWED
@@ -145,10 +146,8 @@ class BrokerHost:
     def access(self, principal: Any, vhost_name: str, remote_host: str) -> Any:
         """The ACL checks of a connection that opened ``vhost_name``: its subject (the user's
         groups looked up now) and ACCESS VIRTUALHOST checked (ConnectionAccessRefused)."""
-        from broker.security.access_control import ConnectionAccess
-
-        control = self.broker.access_control
-        access = ConnectionAccess(control, control.subject(principal.name, remote_host), vhost_name)
+        access = self.broker.access_control.connection_access(principal.name, remote_host,
+                                                               vhost_name)
         access.check_access()
         return access
 
@@ -266,6 +265,9 @@ def _amqp_protocols(broker: Any, alarms: ResourceAlarms
             layers = registry.layers()
 
             def engine_factory(version: AmqpVersion, remote_host: str, remote_port: int) -> Engine:
+                control = broker.access_control
+                if control.uses_hostnames:          # ACL from_hostname: look the client up now
+                    control.host_names.look_up(remote_host)
                 return ENGINES.factory(version)(host.for_connection(layers), version, remote_host,
                                                 remote_port, port.name)
             return AmqpProtocol(engine_factory, supported, registry,

@@ -32,6 +32,7 @@ gives the lookup order).  Start here::
 from __future__ import annotations
 
 from broker.model import access_control as _access_control  # noqa: F401  (registers its types)
+from broker.model import connection_limit_providers as _limits  # noqa: F401  (registers its types)
 from broker.model.attributes import Attribute, attribute, derived
 from broker.model.authentication import AuthenticationProvider, User
 from broker.model.broker import Broker

@@ -66,28 +66,32 @@ class InForce(ConfiguredObject):
     def put_in_force(self, content: Any) -> None:
         raise NotImplementedError
 
+    def hand_over(self, obj: ConfiguredObject) -> None:
+        """Give the broker of ``obj`` what its providers of this kind now have in force."""
+        apply(obj)
+
     def validate(self) -> None:
         self._checked = self.read()
 
     def on_open(self) -> None:
         self.put_in_force(self._checked if self._checked is not None else self.read())
-        apply(self)
+        self.hand_over(self)
 
     def set_attributes(self, changes: Mapping[str, Any]) -> None:
         super().set_attributes(changes)
         if self.state is State.ACTIVE and self._checked is not None:
             self.put_in_force(self._checked)
-            apply(self)
+            self.hand_over(self)
 
     def delete(self) -> None:
         broker = self.ancestor("Broker")
         super().delete()
         if broker is not None:
-            apply(broker)
+            self.hand_over(broker)
 
     def reread(self) -> None:
         self.put_in_force(self.read())
-        apply(self)
+        self.hand_over(self)
 
 
 class RuleProvider(InForce):
@@ -141,7 +145,7 @@ class AclFileAccessControlProvider(AccessControlProvider):
         return False
 
     def load_rule_set(self) -> RuleSet:
-        return acl_file.parse(_read(self.path, self.label), self.path).rule_set()
+        return acl_file.parse(read_text(self.path, self.label), self.path).rule_set()
 
     @operation(description="Read the ACL file again")
     def reload(self) -> None:
@@ -198,7 +202,7 @@ class RuleBasedRules(RuleProvider):
         roots = self.root.path_roots()
         if roots is not None:
             check_path(path, roots, self.label, "path")
-        parsed = acl_file.parse(_read(path, self.label), path)
+        parsed = acl_file.parse(read_text(path, self.label), path)
         self._replace(parsed.rules, parsed.default if parsed.default_given else None)
 
 
@@ -261,7 +265,7 @@ class GroupFileGroupProvider(GroupProvider):
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("")
-        return group_file.parse(_read(self.path, self.label), self.path)
+        return group_file.parse(read_text(self.path, self.label), self.path)
 
     @operation(description="Read the group file again")
     def reload(self) -> None:
@@ -291,7 +295,7 @@ class GroupFileGroupProvider(GroupProvider):
         spare.write_text(group_file.format_groups(members))
         spare.replace(path)
         self.members = members
-        apply(self)
+        self.hand_over(self)
 
 
 # -- rules as JSON (the RuleBased ``rules`` attribute) ------------------------------------
@@ -331,7 +335,7 @@ def _text(value: Any) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
-def _read(path: str, label: str) -> str:
+def read_text(path: str, label: str) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

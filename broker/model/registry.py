@@ -30,13 +30,15 @@ if TYPE_CHECKING:
 #: (authentication providers before the ports that name them).
 TREE: dict[str, tuple[str, ...]] = {
     "SystemConfig": ("Broker",),
-    "Broker": ("AuthenticationProvider", "GroupProvider", "AccessControlProvider", "KeyStore",
-               "TrustStore", "Port", "VirtualHostNode"),
+    "Broker": ("AuthenticationProvider", "GroupProvider", "AccessControlProvider",
+               "BrokerConnectionLimitProvider", "KeyStore", "TrustStore", "Port", "VirtualHostNode"),
     "AuthenticationProvider": ("User",),
     # access control (broker.model.access_control): asked in priority order
     "GroupProvider": (),
     "AccessControlProvider": (),
     "VirtualHostAccessControlProvider": (),
+    # connection limit rules (broker.model.connection_limit_providers)
+    "BrokerConnectionLimitProvider": (),
     "KeyStore": (),
     "TrustStore": (),
     # Runtime objects sit where Broker-J 7 puts them: a connection under the

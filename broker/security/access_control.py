@@ -27,13 +27,15 @@ type) is logged once at WARNING, later ones are only counted.  Rules with
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from broker.errors import AccessRefused, ConnectionAccessRefused
 from broker.security.acl_rules import Decision, ObjectType, Operation, Properties, Property, \
-    Result, RuleSet, Subject, describe
+    Result, RuleSet, Subject, describe, properties as named_properties
+from broker.security.host_names import HostNames
 
 log = logging.getLogger("deltamq.acl")
 
@@ -51,8 +53,12 @@ class AccessControl:
         self.version = 0
         self.active = False
         self._broker: tuple[RuleSet, ...] = ()
-        self._hosts: dict[str, tuple[RuleSet, ...]] = {}
+        #: per virtual host with rules of its own: its rule sets, then the broker's
+        self._chains: dict[str, tuple[RuleSet, ...]] = {}
         self._groups: GroupLookup = lambda user: frozenset()
+        #: some rule in force has from_hostname: clients' names are looked up (:attr:`host_names`)
+        self.uses_hostnames = False
+        self.host_names = HostNames()
         #: decisions that refused something, and that allowed something with a -LOG rule
         self.denials = 0
         self.logged_allowed = 0
@@ -63,19 +69,34 @@ class AccessControl:
                   groups: GroupLookup | None = None) -> None:
         """The rule sets now in force (each list in priority order), and who is in which group."""
         self._broker = tuple(broker)
-        self._hosts = {name: tuple(sets) for name, sets in hosts.items() if sets}
+        self._chains = {name: (*sets, *self._broker) for name, sets in hosts.items() if sets}
         if groups is not None:
             self._groups = groups
-        self.active = bool(self._broker or self._hosts)
+        self.active = bool(self._broker or self._chains)
+        self.uses_hostnames = any(Property.FROM_HOSTNAME in rule.predicates
+                                  for sets in (self._broker, *self._chains.values())
+                                  for rule_set in sets for rule in rule_set.rules)
         self.version += 1
         self._warned.clear()
 
     def groups_of(self, user: str) -> frozenset[str]:
         return self._groups(user)
 
-    def subject(self, name: str, remote_address: str | None = None) -> Subject:
+    def subject(self, name: str, remote_address: str | None = None,
+                hostname: str | None = None) -> Subject:
         """The subject of a user logging in now: its groups are looked up once, here."""
-        return Subject(name, self._groups(name), remote_address)
+        return Subject(name, self._groups(name), remote_address, hostname)
+
+    def connection_access(self, user: str, remote_address: str, vhost: str) -> ConnectionAccess:
+        """The checks of a connection of ``user`` opening ``vhost`` now: its subject has the
+        client's host name if it is known, or gets it when its look-up ends
+        (:mod:`broker.security.host_names`).  ACCESS VIRTUALHOST is not checked here."""
+        names = self.host_names if self.uses_hostnames else None
+        hostname = names.known(remote_address)[1] if names is not None else None
+        access = ConnectionAccess(self, self.subject(user, remote_address, hostname), vhost)
+        if names is not None and hostname is None:
+            names.when_known(remote_address, access.hostname_known)
+        return access
 
     # -- deciding ---------------------------------------------------------------------------
 
@@ -84,7 +105,7 @@ class AccessControl:
         """ALLOWED or DENIED (never DEFERRED): what the providers in force say."""
         if not self.active:
             return Result.ALLOWED
-        chain = self._hosts.get(vhost, ()) + self._broker if vhost is not None else self._broker
+        chain = self._chains.get(vhost, self._broker) if vhost is not None else self._broker
         decision = Decision(Result.DEFERRED)
         for rule_set in chain:
             decision = rule_set.check(subject, operation, object_type, properties)
@@ -142,6 +163,12 @@ class ConnectionAccess:
         self._version = -1
         self._publish: dict[tuple[str, str], bool] = {}
 
+    def hostname_known(self, hostname: str | None) -> None:
+        """The client's host name was looked up after the connection opened."""
+        if hostname:
+            self.subject = dataclasses.replace(self.subject, hostname=hostname)
+            self._version = -1                  # cached publish decisions are made again
+
     def check_access(self) -> None:
         """ACCESS VIRTUALHOST: may this subject open the virtual host at all (connect)?"""
         control = self.control
@@ -161,10 +188,8 @@ class ConnectionAccess:
         control = self.control
         if not control.active:
             return
-        props: dict[Property, Any] = {Property.NAME: name, Property.VIRTUALHOST_NAME: self.vhost}
-        for key, value in given.items():
-            if value is not None:
-                props[Property[key.upper()]] = value
+        props = {Property.NAME: name, Property.VIRTUALHOST_NAME: self.vhost,
+                 **named_properties(**given)}
         if not control.allows(self.subject, operation, object_type, props, self.vhost):
             raise AccessRefused(_refusal(operation, object_type, name, self.vhost,
                                          self.subject.name))

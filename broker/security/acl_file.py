@@ -54,13 +54,17 @@ _SINGLE = set('=[],')
 _SPECIAL = _SINGLE | set('#"\'\\')
 
 
-class AclSyntaxError(ConfigurationError):
-    """A line of an ACL file (or one rule given as text) that cannot be read."""
+class LineError(ConfigurationError):
+    """A line of a rule or group file that cannot be read: the message names the file and line."""
 
     def __init__(self, message: str, line: int, source: str = "") -> None:
         where = f"{source}: " if source else ""
         super().__init__(f"{where}{message} at line {line}")
         self.line = line
+
+
+class AclSyntaxError(LineError):
+    """A line of an ACL file (or one rule given as text) that cannot be read."""
 
 
 @dataclass(frozen=True, slots=True)

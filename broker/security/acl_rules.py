@@ -186,10 +186,11 @@ class Subject:
     groups: frozenset[str] = frozenset()
     remote_address: str | None = None
     hostname: str | None = None
+    #: the names a rule's identity may give: the user's and its groups' (made once, not per check)
+    identities: frozenset[str] = field(init=False, repr=False, compare=False)
 
-    @property
-    def identities(self) -> frozenset[str]:
-        return self.groups | {self.name}
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "identities", self.groups | {self.name})
 
 
 #: what is asked about: property -> value (str, bool, or a collection of attribute names)
@@ -260,6 +261,16 @@ def _hostname_matcher(values: Iterable[str]) -> Callable[[Subject], bool]:
     return matches
 
 
+def _attributes_matcher(values: Iterable[str]) -> Callable[[Properties], bool]:
+    allowed = frozenset(a.strip() for v in values for a in v.split(",") if a.strip())
+    return lambda props: set(props.get(Property.ATTRIBUTES) or ()) <= allowed
+
+
+def _property_matcher(prop: Property, values: Iterable[str]) -> Callable[[Properties], bool]:
+    matchers = [_value_matcher(v, prop.boolean) for v in values]
+    return lambda props: any(m(props.get(prop)) for m in matchers)
+
+
 @dataclass(frozen=True)
 class Rule:
     """One ACL rule.  ``predicates``: property -> the values it may have (any matches)."""
@@ -269,6 +280,13 @@ class Rule:
     operation: Operation
     object_type: ObjectType = ObjectType.ALL
     predicates: Mapping[Property, tuple[str, ...]] = field(default_factory=dict)
+    #: made from the above once: whether the identity is ALL, and the predicates as tests of
+    #: the subject (from_network, from_hostname) and of the properties asked about
+    for_all: bool = field(init=False, repr=False, compare=False)
+    client_tests: tuple[Callable[[Subject], bool], ...] = field(init=False, repr=False,
+                                                                compare=False)
+    object_tests: tuple[Callable[[Properties], bool], ...] = field(init=False, repr=False,
+                                                                   compare=False)
 
     def __post_init__(self) -> None:
         if self.operation not in self.object_type.operations:
@@ -285,30 +303,20 @@ class Rule:
             elif prop is Property.FROM_HOSTNAME:
                 client_tests.append(_hostname_matcher(values))
             elif prop is Property.ATTRIBUTES:
-                allowed = frozenset(a.strip() for v in values for a in v.split(",") if a.strip())
-                object_tests.append(lambda props, allowed=allowed:  # type: ignore[misc]
-                                    set(props.get(Property.ATTRIBUTES) or ()) <= allowed)
+                object_tests.append(_attributes_matcher(values))
             else:
-                matchers = [_value_matcher(v, prop.boolean) for v in values]
-                object_tests.append(
-                    lambda props, prop=prop, matchers=matchers:  # type: ignore[misc]
-                    any(m(props.get(prop)) for m in matchers))
-        object.__setattr__(self, "_object_tests", tuple(object_tests))
-        object.__setattr__(self, "_client_tests", tuple(client_tests))
-
-    @property
-    def for_all(self) -> bool:
-        return self.identity.upper() == ALL
+                object_tests.append(_property_matcher(prop, values))
+        object.__setattr__(self, "for_all", self.identity.upper() == ALL)
+        object.__setattr__(self, "client_tests", tuple(client_tests))
+        object.__setattr__(self, "object_tests", tuple(object_tests))
 
     def applies_to(self, operation: Operation, object_type: ObjectType) -> bool:
         return (self.operation is Operation.ALL or self.operation is operation) and \
             (self.object_type is ObjectType.ALL or self.object_type is object_type)
 
     def matches(self, subject: Subject, properties: Properties) -> bool:
-        tests: tuple[Callable[[Any], bool], ...] = getattr(self, "_client_tests")
-        if not all(test(subject) for test in tests):
-            return False
-        return all(test(properties) for test in getattr(self, "_object_tests"))
+        return all(test(subject) for test in self.client_tests) and \
+            all(test(properties) for test in self.object_tests)
 
     def key(self) -> tuple[Any, ...]:
         """What makes two rules the same rule (a duplicate is dropped, as Broker-J does)."""

@@ -9,19 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from broker.errors import ConfigurationError
-from broker.security.acl_file import LINE_BREAK
+from broker.security.acl_file import LINE_BREAK, LineError
 
 SUFFIX = ".users"
 
 
-class GroupFileError(ConfigurationError):
+class GroupFileError(LineError):
     """A line of a group file that cannot be read."""
-
-    def __init__(self, message: str, line: int, source: str = "") -> None:
-        where = f"{source}: " if source else ""
-        super().__init__(f"{where}{message} at line {line}")
-        self.line = line
 
 
 def parse(text: str, source: str = "") -> dict[str, frozenset[str]]:

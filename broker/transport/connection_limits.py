@@ -9,7 +9,11 @@ A connection counts from the moment it opens a virtual host (0-9-1
   on any port (a context variable, so it may be set for the whole broker, on
   one port's context, or with ``-D``; -1: no limit; Broker-J's connection
   limit rules and qpidd's ``--connection-limit-per-user`` have the same
-  meaning),
+  meaning), or
+- Broker-J's connection limit rules (``BrokerConnectionLimitProvider``
+  objects, :mod:`broker.security.connection_limit_rules`) block its user on
+  the port, or the user has the rules' count of connections open there, or
+  opened the frequency limit's number there within its period,
 
 it is refused with :class:`ConnectionLimitReached`: an AMQP 0-9-1 client gets
 ``connection.close`` 530 NOT_ALLOWED, an AMQP 1.0 client ``close`` with
@@ -29,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from broker import errors
+from broker.security.connection_limit_rules import RuleLimits
 from broker.transport.handshake import Notices
 
 log = logging.getLogger("deltamq")
@@ -70,9 +75,13 @@ class ConnectionLimits:
     notices: Notices = field(default_factory=lambda: Notices(log))
     #: each counted connection -> (port, user)
     _counted: dict[object, tuple[str, str]] = field(default_factory=dict)
+    #: the connection limit rules in force (set by the providers' model objects)
+    rules: RuleLimits = field(default_factory=RuleLimits)
 
-    def admit(self, port: str, max_open: int, user: str, per_user: int) -> None:
-        """May ``user`` open one more connection on ``port``?  ConnectionLimitReached if not."""
+    def admit(self, port: str, max_open: int, user: str, per_user: int,
+              groups: frozenset[str] = frozenset()) -> None:
+        """May ``user`` (in ``groups``) open one more connection on ``port``?
+        ConnectionLimitReached if not."""
         if 0 <= max_open <= self.by_port[port]:
             self._refuse(port, user, "port", f"port '{port}' has reached its maxOpenConnections"
                                                f" of {max_open}")
@@ -80,6 +89,10 @@ class ConnectionLimits:
             self._refuse(port, user, "user", f"user '{user}' has reached the connection limit"
                                                f" per user of {per_user}"
                                                f" ({PER_USER_VARIABLE})")
+        if self.rules.rules:
+            why = self.rules.refusal(port, user, groups)
+            if why:
+                self._refuse(port, user, "rule", why)
 
     def opened(self, connection: object, port: str, user: str) -> None:
         """``connection`` opened: count it until :meth:`closed`."""
@@ -88,6 +101,7 @@ class ConnectionLimits:
         self._counted[connection] = (port, user)
         self.by_port[port] += 1
         self.by_user[user] += 1
+        self.rules.opened(port, user)
 
     def closed(self, connection: object) -> None:
         found = self._counted.pop(connection, None)
@@ -96,6 +110,7 @@ class ConnectionLimits:
         port, user = found
         _decrement(self.by_port, port)
         _decrement(self.by_user, user)
+        self.rules.closed(port, user)
 
     @property
     def refused_total(self) -> int:

@@ -37,10 +37,11 @@ report an error instead of its close.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, cast
+from typing import Any, Callable, TypeVar, cast
 
 from broker import errors
 from broker.protocol.detect import AmqpVersion, HeaderDetector
@@ -57,6 +58,20 @@ STALL = 0.5                    # a timer this late means the event loop did not 
 
 #: (version the header selected, remote host, remote port) -> the engine to serve it
 EngineFactory = Callable[[AmqpVersion, str, int], Engine]
+_Call = TypeVar("_Call", bound=Callable[..., Any])
+
+
+def _guarded(method: _Call) -> _Call:
+    """Whatever an engine lets out (a bug it did not catch) drops this connection only,
+    logged once with its traceback: the listener and the other connections go on."""
+    @functools.wraps(method)
+    def run(self: AmqpProtocol, *args: Any) -> Any:
+        try:
+            return method(self, *args)
+        except Exception as exc:
+            self._engine_failed(exc)
+            return None
+    return cast(_Call, run)
 
 
 @dataclass
@@ -110,6 +125,7 @@ class AmqpProtocol(asyncio.Protocol):
         self._open_timer: asyncio.TimerHandle | None = None   # armed while counted as opening
         self._open_deadline = 0.0
         self._lingering = False
+        self._failed = False
 
     # -- asyncio.Protocol ---------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -126,6 +142,7 @@ class AmqpProtocol(asyncio.Protocol):
         self._open_deadline = self._loop.time() + limits.open_timeout
         self._open_timer = self._loop.call_later(limits.open_timeout, self._open_timeout)
 
+    @_guarded
     def data_received(self, data: bytes) -> None:
         if self._lingering:
             return                        # closed: read until the peer closes, and drop it
@@ -146,19 +163,21 @@ class AmqpProtocol(asyncio.Protocol):
     def eof_received(self) -> bool:
         return False                      # close our side too
 
+    @_guarded
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         self._opening_done()
         self.registry.connections.discard(self)
+        self.transport = None
         if self.engine is not None:
             self.engine.connection_lost()
-        self.transport = None
 
     def pause_writing(self) -> None:
         self._write_paused = True
 
+    @_guarded
     def resume_writing(self) -> None:
         self._write_paused = False
         if self.engine is not None:
@@ -219,6 +238,7 @@ class AmqpProtocol(asyncio.Protocol):
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
 
+    @_guarded
     def _flush(self) -> None:
         self._flush_scheduled = False
         transport, engine, chain = self.transport, self.engine, self._chain
@@ -254,14 +274,26 @@ class AmqpProtocol(asyncio.Protocol):
         assert engine is not None
         future = self._loop.run_in_executor(None, work)
 
-        def done(fut: asyncio.Future[Any]) -> None:
-            if self.transport is None:
-                return
-            exc = fut.exception()
-            engine.work_done(None if exc else fut.result(), exc)
-            self._flush()
+        future.add_done_callback(functools.partial(self._work_done, engine))
 
-        future.add_done_callback(done)
+    @_guarded
+    def _work_done(self, engine: Engine, fut: asyncio.Future[Any]) -> None:
+        if self.transport is None:
+            return
+        exc = fut.exception()
+        engine.work_done(None if exc else fut.result(), exc)
+        self._flush()
+
+    def _engine_failed(self, exc: Exception) -> None:
+        """See :func:`_guarded`."""
+        if self._failed:
+            return
+        self._failed = True
+        log.error("internal error on connection from %s:%d; dropping it", *self._remote,
+                  exc_info=exc)
+        self.registry.connections.discard(self)
+        if self.transport is not None:
+            self.transport.abort()
 
     @property
     def buffered_bytes(self) -> int:
@@ -273,6 +305,7 @@ class AmqpProtocol(asyncio.Protocol):
             held += self.transport.get_write_buffer_size()
         return held
 
+    @_guarded
     def set_blocked(self, blocked: bool, reason: str = "low on memory") -> None:
         """Resource alarm: tell the engine (it says when to pause or resume reading)."""
         if self.engine is None:
@@ -280,6 +313,7 @@ class AmqpProtocol(asyncio.Protocol):
         self.engine.set_blocked(blocked, reason)
         self._flush()
 
+    @_guarded
     def close(self, error: errors.BrokerError) -> None:
         if self._lingering and self.transport is not None:
             self.transport.close()
@@ -342,6 +376,7 @@ class AmqpProtocol(asyncio.Protocol):
         # long after close-ok: a client that neither closes nor reads is not waited for
         self._timer = self._loop.call_later(timeout, self.transport.abort)
 
+    @_guarded
     def _tick(self) -> None:
         engine, transport = self.engine, self.transport
         if engine is None or transport is None:

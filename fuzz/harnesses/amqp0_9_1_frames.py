@@ -5,7 +5,9 @@ header:
 
 * bit 7 clear: a client has logged in, opened the virtual host and channel 1
   first, so the stream reaches the channel methods; set: the stream starts
-  the connection (the handshake is the fuzzer's to find);
+  the connection (the handshake is the fuzzer's to find; the host offers
+  SCRAM too, with the RFC examples' user and nonce, :mod:`fuzz.scram_examples`,
+  so seeds log in over ``connection.secure``);
 * bits 5-6: the version (0 and 3: 0-9-1, 1: 0-9, 2: 0-8);
 * bits 0-4: the stream arrives in pieces of that many bytes (0: in one piece).
 
@@ -24,6 +26,7 @@ from broker.protocol.amqp0_9_1 import methods as m
 from broker.protocol.amqp0_9_1.connection import State
 from broker.protocol.detect import AmqpVersion
 from fuzz.contract import ContractViolation, bounded, no_internal_error
+from fuzz.scram_examples import MESSAGES, ScramExamples
 from tests.unit.protocol.harness import Client, FakeHost
 
 MAX_LEN = 16384
@@ -33,12 +36,16 @@ INTERNAL_ERROR = errors.InternalError.reply_code
 VERSIONS = (AmqpVersion.V0_9_1, AmqpVersion.V0_9, AmqpVersion.V0_8, AmqpVersion.V0_9_1)
 
 
+class ScramHost(ScramExamples, FakeHost):
+    """The harness's host: SCRAM (the RFC examples), AMQPLAIN and PLAIN."""
+
+
 def one_input(data: bytes) -> None:
     if not data:
         return
     steer, stream = data[0], data[1:]
     with no_internal_error():
-        client = Client(FakeHost(frame_max=FRAME_MAX), VERSIONS[(steer >> 5) & 3])
+        client = Client(ScramHost(frame_max=FRAME_MAX), VERSIONS[(steer >> 5) & 3])
         if not steer & RAW:
             client.handshake()
             client.open_channel(1)
@@ -104,4 +111,22 @@ def seeds() -> list[bytes]:
     hello += client.encode(0, m.ConnectionTuneOk(channel_max=10, frame_max=FRAME_MAX, heartbeat=30))
     hello += client.encode(0, m.ConnectionOpen(virtual_host="/")) + client.encode(1, m.ChannelOpen())
     out += [bytes((RAW,)) + hello, bytes((RAW | 7,)) + hello]
+    for index, version in enumerate(VERSIONS[:3]):
+        out += [bytes((RAW | index << 5,)) + scram_login(Client(FakeHost(), version), mechanism, initial)
+                for mechanism, initial in (("SCRAM-SHA-256", True), ("SCRAM-SHA-1", False))]
     return out
+
+
+def scram_login(client: Client, mechanism: str, initial_response: bool) -> bytes:
+    """A SCRAM login (the RFC example), opening the virtual host and channel 1, then a publish.
+    Without an initial response the client-first message goes in the first secure-ok."""
+    first, final = MESSAGES[mechanism]
+    e = client.encode
+    data = e(0, m.ConnectionStartOk(client_properties={}, mechanism=mechanism,
+                                    response=first if initial_response else b"", locale="en_US"))
+    if not initial_response:
+        data += e(0, m.ConnectionSecureOk(response=first))
+    data += e(0, m.ConnectionSecureOk(response=final)) + e(0, m.ConnectionSecureOk(response=b""))
+    data += e(0, m.ConnectionTuneOk(channel_max=10, frame_max=FRAME_MAX, heartbeat=0))
+    data += e(0, m.ConnectionOpen(virtual_host="/")) + e(1, m.ChannelOpen())
+    return data + client.publish_bytes(1, "", "q", b"after SCRAM", MessageProperties(), frame_max=FRAME_MAX)

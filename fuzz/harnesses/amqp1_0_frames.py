@@ -6,7 +6,9 @@ The first byte steers, the rest is what the client sends:
   begun a session on channel 0 and attached a sender (handle 0) to queue
   ``q`` and a receiver (handle 1) from it with credit, so the stream reaches
   transfers, flows, dispositions and the links' life cycle; set: the stream
-  starts right after the SASL protocol header (SASL is the fuzzer's to find);
+  starts right after the SASL protocol header (SASL is the fuzzer's to find;
+  the host offers SCRAM too, with the RFC examples' user and nonce,
+  :mod:`fuzz.scram_examples`, so seeds log in over ``sasl-challenge``);
 * bits 0-6: the stream arrives in pieces of that many bytes (0: in one piece).
 
 The engine must answer anything with a close (or take it), never let an
@@ -23,11 +25,12 @@ from typing import Any
 from broker.protocol.amqp1_0.conditions import AmqpErrorCondition
 from broker.protocol.amqp1_0.definitions import (Accepted, AmqpValue, Attach, Begin, Close, Coordinator, Declare,
                                                  Detach, Discharge, Disposition, End, Flow, Open, Properties,
-                                                 SaslInit, Source, Target, Transfer)
+                                                 SaslInit, SaslResponse, Source, Target, Transfer)
 from broker.protocol.amqp1_0.encoding import encode
 from broker.protocol.amqp1_0.framing import AMQP_HEADER, TYPE_SASL, encode_frame
 from broker.protocol.amqp1_0.types import Described, Symbol
 from fuzz.contract import ContractViolation, bounded, no_internal_error
+from fuzz.scram_examples import MESSAGES, ScramExamples
 from tests.unit.protocol.amqp1_0.engine_client import Client10, Host10, message_payload
 
 MAX_LEN = 16384
@@ -37,12 +40,16 @@ SENDER, RECEIVER = 0, 1
 INTERNAL_ERROR = AmqpErrorCondition.INTERNAL_ERROR
 
 
+class ScramHost10(ScramExamples, Host10):
+    """The harness's host: SCRAM (the RFC examples), AMQPLAIN and PLAIN."""
+
+
 def one_input(data: bytes) -> None:
     if not data:
         return
     steer, stream = data[0], data[1:]
     with no_internal_error():
-        host = Host10(frame_max=FRAME_MAX)
+        host = ScramHost10(frame_max=FRAME_MAX)
         host.namespace.declare_queue("q")
         client = Client10(host)
         if not steer & RAW:
@@ -98,5 +105,19 @@ def seeds() -> list[bytes]:
     sasl = f(SaslInit(mechanism=Symbol("PLAIN"), initial_response=b"\x00guest\x00guest"), frame_type=TYPE_SASL)
     opening = sasl + AMQP_HEADER + f(Open(container_id="fuzz", max_frame_size=FRAME_MAX)) \
         + f(Begin(next_outgoing_id=0, incoming_window=10, outgoing_window=10))
+    scram = [scram_login(mechanism, initial) + AMQP_HEADER + f(Open(container_id="fuzz", max_frame_size=FRAME_MAX))
+             for mechanism, initial in (("SCRAM-SHA-256", True), ("SCRAM-SHA-1", False))]
     return [bytes((0,)) + stream for stream in streams] \
-        + [bytes((3,)) + streams[0], bytes((RAW,)) + opening, bytes((RAW | 5,)) + opening]
+        + [bytes((3,)) + streams[0], bytes((RAW,)) + opening, bytes((RAW | 5,)) + opening] \
+        + [bytes((RAW,)) + login for login in scram]
+
+
+def scram_login(mechanism: str, initial_response: bool) -> bytes:
+    """The SASL frames of a SCRAM login (the RFC example); without an initial response the
+    client-first message goes in the first sasl-response."""
+    first, final = MESSAGES[mechanism]
+    sasl: list[Any] = [SaslInit(mechanism=Symbol(mechanism), initial_response=first if initial_response else None)]
+    if not initial_response:
+        sasl.append(SaslResponse(response=first))
+    sasl.append(SaslResponse(response=final))
+    return b"".join(encode_frame(frame, frame_type=TYPE_SASL) for frame in sasl)

@@ -31,6 +31,8 @@ from broker.protocol.detect import AmqpVersion
 from broker.protocol.engine import (Closing, EngineEvent, Finished, IdleTiming, Opened,
                                     OutputQueue, PauseReading, ResumeReading, WorkRequested)
 from broker.protocol.host import Principal, ProtocolHost
+from broker.protocol import internal_errors
+from broker.protocol.internal_errors import dispatch_pending
 from broker.security import sasl_exchange
 from broker.security.sasl_exchange import SaslServer, SaslStep
 from broker.security.access_control import UNCHECKED, ConnectionAccess
@@ -176,11 +178,8 @@ class AmqpConnection(OutputQueue):
             # no close-ok to wait for.  Say why, then drop the connection.
             self._connection_error(exc)
             self._finish()
-        except errors.BrokerError as exc:
-            self._connection_error(exc)
         except Exception as exc:  # a bug must not take the broker down with it
-            log.exception("internal error on connection %s", self.id)
-            self._connection_error(errors.InternalError(f"internal error: {exc!r}"))
+            self.failed(exc)
         self._rest = buf[o:] if o < n and self.state is not State.CLOSED else b""
         self._after_input()
 
@@ -189,9 +188,12 @@ class AmqpConnection(OutputQueue):
         was_full = not self.writable
         self._in_flight = 0
         if was_full and self.state is State.OPEN:
-            for ch in list(self.channels.values()):
-                ch.resume_deliveries()
-            self._run_dispatch()
+            try:
+                for ch in list(self.channels.values()):
+                    ch.resume_deliveries()
+                dispatch_pending(self)
+            except Exception as exc:
+                self.failed(exc)
 
     @property
     def buffered_bytes(self) -> int:
@@ -299,11 +301,8 @@ class AmqpConnection(OutputQueue):
                     self.store_waits.hold(ftype, channel, payload)
                     continue
                 self._frame(ftype, channel, payload)
-        except errors.BrokerError as exc:
-            self._connection_error(exc)
         except Exception as exc:
-            log.exception("internal error on connection %s", self.id)
-            self._connection_error(errors.InternalError(f"internal error: {exc!r}"))
+            self.failed(exc)
         self._after_input()
 
     def release_channel(self, number: int) -> None:
@@ -318,11 +317,8 @@ class AmqpConnection(OutputQueue):
                         self.store_waits.hold(later, number, rest)
                     break
                 self._frame(ftype, number, payload)
-        except errors.BrokerError as exc:
-            self._connection_error(exc)
         except Exception as exc:
-            log.exception("internal error on connection %s", self.id)
-            self._connection_error(errors.InternalError(f"internal error: {exc!r}"))
+            self.failed(exc)
         self._after_input()
         self._reading_changed()                         # the transport reads again once below the limit
 
@@ -370,25 +366,21 @@ class AmqpConnection(OutputQueue):
 
     def run_dispatch(self) -> None:
         """Deliver what consumers may take now (after output that held deliveries back)."""
-        self._run_dispatch()
+        dispatch_pending(self)
 
     def schedule_dispatch(self, queue: Any) -> None:
         self._dispatch_pending.add(queue)
 
-    def _run_dispatch(self) -> None:
-        while self._dispatch_pending:
-            pending = self._dispatch_pending
-            self._dispatch_pending = set()
-            for queue in pending:
-                queue.dispatch()
-
     def _after_input(self) -> None:
-        if self.confirms_due:
-            due, self.confirms_due = self.confirms_due, set()
-            for ch in due:
-                ch.flush_confirms()
-        if self._dispatch_pending:
-            self._run_dispatch()
+        try:
+            if self.confirms_due:
+                due, self.confirms_due = self.confirms_due, set()
+                for ch in due:
+                    ch.flush_confirms()
+            if self._dispatch_pending:
+                dispatch_pending(self)
+        except Exception as exc:  # (:mod:`broker.protocol.internal_errors`)
+            self.failed(exc)
 
     # -- frames -----------------------------------------------------------------
     def _frame(self, ftype: int, channel: int, payload: bytes) -> None:
@@ -569,16 +561,17 @@ class AmqpConnection(OutputQueue):
             self._after_input()
             return
         self._logged_in(principal)
+        if self._rest:                      # frames the client sent without waiting
+            self.receive_data(b"")
 
     def _logged_in(self, principal: Principal) -> None:
+        # (also from the frame loop, SCRAM's last secure-ok: the loop reads on by itself)
         self.principal = principal
         self._sasl = self._sasl_done = None
         self.state = State.AWAITING_TUNE_OK
         self.send_method(0, m.ConnectionTune(
             channel_max=self.host.channel_max, frame_max=self.host.frame_max,
             heartbeat=self.host.heartbeat))
-        if self._rest:                      # frames the client sent without waiting
-            self.receive_data(b"")
 
     def _refuse_login(self, text: str) -> None:
         # RabbitMQ's authentication_failure_close: clients that announce it get a
@@ -653,6 +646,20 @@ class AmqpConnection(OutputQueue):
                                               class_id=class_id, method_id=method_id))
         self.state = State.CLOSING
         self.on_event(Closing())
+
+    def failed(self, exc: Exception) -> None:
+        """What raised while input was handled: a BrokerError closes the connection with its
+        code; anything else is a bug, answered with 541 INTERNAL_ERROR (:mod:`.internal_errors`)."""
+        if isinstance(exc, errors.BrokerError):
+            self._connection_error(exc)
+            return
+        internal_errors.fail(self.id, self.remote_host, exc,
+                             lambda text: self._connection_error(errors.InternalError(text)),
+                             self._finish_quietly)
+
+    def _finish_quietly(self) -> None:
+        self.state, self.closed = State.CLOSED, True
+        self.on_event(Finished())
 
     def hard_error_in_method(self, exc: errors.BrokerError, method: m.Method) -> None:
         class_id, method_id = method_ids(method, self.version)

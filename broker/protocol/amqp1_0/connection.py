@@ -36,6 +36,8 @@ from broker import errors
 from broker.protocol.detect import AmqpVersion
 from broker.protocol.engine import (Closing, EngineEvent, Finished, IdleTiming, Opened, OutputQueue, WorkRequested)
 from broker.protocol.host import Principal, ProtocolHost
+from broker.protocol import internal_errors
+from broker.protocol.internal_errors import dispatch_pending
 from broker.security import sasl_exchange
 from broker.security.sasl_exchange import SaslServer, SaslStep
 from broker.security.access_control import UNCHECKED, ConnectionAccess
@@ -158,20 +160,20 @@ class AmqpConnection10(OutputQueue):
             self._connection_error(AmqpErrorCondition.DECODE_ERROR, str(exc))
         except ProtocolFault as exc:
             self._connection_error(exc.condition, exc.description)
-        except errors.BrokerError as exc:
-            self._broker_error(exc)
         except Exception as exc:  # a bug must not take the broker down with it
-            log.exception("internal error on AMQP 1.0 connection %s", self.id)
-            self._connection_error(AmqpErrorCondition.INTERNAL_ERROR, f"internal error: {exc!r}")
+            self.failed(exc)
         self._after_input()
 
     def output_drained(self) -> None:
         was_full = not self.writable
         self._in_flight = 0
         if was_full and self.state is State.OPEN:
-            for session in list(self.sessions.values()):
-                session.resume_deliveries()
-            self.run_dispatch()
+            try:
+                for session in list(self.sessions.values()):
+                    session.resume_deliveries()
+                dispatch_pending(self)
+            except Exception as exc:
+                self.failed(exc)
 
     def keepalive(self) -> None:
         self._write(EMPTY_FRAME)
@@ -387,6 +389,8 @@ class AmqpConnection10(OutputQueue):
             return self.host.open_virtual_host(name[len("vhost:"):], self.principal)
         try:
             return self.host.open_virtual_host(name, self.principal)
+        except errors.ResourceError:       # a connection limit (refused once, counted once)
+            raise
         except (errors.InvalidPath, errors.NotAllowed):      # no virtual host of that name
             return self.host.open_virtual_host("", self.principal)
 
@@ -438,20 +442,35 @@ class AmqpConnection10(OutputQueue):
         self._dispatch_pending.add(queue)
 
     def run_dispatch(self) -> None:
-        while self._dispatch_pending:
-            pending, self._dispatch_pending = self._dispatch_pending, set()
-            for queue in pending:
-                queue.dispatch()
+        dispatch_pending(self)
 
     def _after_input(self) -> None:
-        if self.dispositions_due:
-            due, self.dispositions_due = self.dispositions_due, set()
-            for session in due:
-                session.flush_dispositions()
-        if self._dispatch_pending and self.state is State.OPEN:
-            self.run_dispatch()
+        try:
+            if self.dispositions_due:
+                due, self.dispositions_due = self.dispositions_due, set()
+                for session in due:
+                    session.flush_dispositions()
+            if self._dispatch_pending and self.state is State.OPEN:
+                dispatch_pending(self)
+        except Exception as exc:  # (:mod:`broker.protocol.internal_errors`)
+            self.failed(exc)
 
     # -- errors and shutdown -------------------------------------------------------------------
+    def failed(self, exc: Exception) -> None:
+        """What raised while input was handled: a BrokerError closes the connection with its
+        condition; anything else is a bug, answered with ``amqp:internal-error``."""
+        if isinstance(exc, errors.BrokerError):
+            self._broker_error(exc)
+            return
+        internal_errors.fail(
+            self.id, self.remote_host, exc,
+            lambda text: self._connection_error(AmqpErrorCondition.INTERNAL_ERROR, text),
+            self._finish_quietly)
+
+    def _finish_quietly(self) -> None:
+        self.state, self.closed = State.CLOSED, True
+        self.on_event(Finished())
+
     def _broker_error(self, exc: errors.BrokerError) -> None:
         from .conditions import condition_of
 

@@ -36,6 +36,17 @@ def invoke(obj: Any, name: str, **arguments: Any) -> Any:
     return declared_operations(type(obj))[name].invoke(obj, arguments)
 
 
+def provider_of_file(load: Loader, tmp_path: Path, category: str, type_: str, file_name: str,
+                     text: str) -> tuple[Broker, Any, Path]:
+    """A broker with a ``category`` provider of ``type_`` over a file in its data directory."""
+    path = tmp_path / "data" / file_name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    broker = load().broker
+    provider = broker.create_child(category, {"name": type_, "type": type_, "path": str(path)})
+    return broker, provider, path
+
+
 def test_no_provider_means_no_access_control(load: Loader) -> None:
     broker = load().broker
     assert not broker.access_control.active
@@ -119,12 +130,9 @@ def test_load_from_file_stays_inside_the_data_directory(load: Loader, tmp_path: 
 
 
 def test_an_acl_file_provider_reads_its_file_and_reloads_it(load: Loader, tmp_path: Path) -> None:
-    acl = tmp_path / "data" / "broker.acl"
-    acl.parent.mkdir(parents=True, exist_ok=True)
-    acl.write_text("# rules\nACL ALLOW alice ALL ALL\nACL DENY-LOG ALL ALL ALL\n")
-    broker = load().broker
-    provider = broker.create_child("AccessControlProvider",
-                                   {"name": "file", "type": "AclFile", "path": str(acl)})
+    broker, provider, acl = provider_of_file(load, tmp_path, "AccessControlProvider", "AclFile",
+                                             "broker.acl", "# rules\nACL ALLOW alice ALL ALL\n"
+                                                           "ACL DENY-LOG ALL ALL ALL\n")
     assert decide(broker, "alice") is Result.ALLOWED
     assert decide(broker, "bob") is Result.DENIED
     acl.write_text("ACL ALLOW bob ALL ALL\n")
@@ -145,12 +153,9 @@ def test_an_acl_file_with_a_bad_line_refuses_to_start(load: Loader, tmp_path: Pa
 
 
 def test_group_file_groups_are_identities(load: Loader, tmp_path: Path) -> None:
-    groups = tmp_path / "data" / "groups"
-    groups.parent.mkdir(parents=True, exist_ok=True)
-    groups.write_text("# who is who\nadministrators.users = admin,manager\nreaders.users=dave\n")
-    broker = load().broker
-    provider = broker.create_child("GroupProvider",
-                                   {"name": "groups", "type": "GroupFile", "path": str(groups)})
+    broker, provider, groups = provider_of_file(
+        load, tmp_path, "GroupProvider", "GroupFile", "groups",
+        "# who is who\nadministrators.users = admin,manager\nreaders.users=dave\n")
     rule_based(broker, "ACL ALLOW administrators ALL ALL", "ACL ALLOW readers CONSUME QUEUE")
     assert provider.groups == {"administrators": ["admin", "manager"], "readers": ["dave"]}
     assert broker.access_control.subject("manager") == \

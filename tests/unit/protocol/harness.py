@@ -73,8 +73,7 @@ class FakeHost:
         return self.namespace
 
     def access(self, principal: Any, vhost_name: str, remote_host: str) -> ConnectionAccess:
-        control = self.access_control
-        access = ConnectionAccess(control, control.subject(principal.name, remote_host), vhost_name)
+        access = self.access_control.connection_access(principal.name, remote_host, vhost_name)
         access.check_access()
         return access
 
@@ -112,8 +111,8 @@ class Client:
     # -- sending ----------------------------------------------------------------
     def raw(self, data: bytes) -> None:
         self.server.receive_data(data)
-        auth = self.server.authentication
-        if auth is not None:                  # the transport would run this in a thread
+        # the transport runs each step of the SASL exchange in a worker thread (SCRAM: two)
+        while (auth := self.server.authentication) is not None:
             try:
                 principal = auth()
             except Exception as exc:
@@ -154,6 +153,16 @@ class Client:
         self.send(0, m.ConnectionTuneOk(channel_max=tune.channel_max, frame_max=tune.frame_max, heartbeat=0))
         self.send(0, m.ConnectionOpen(virtual_host=vhost))
         self.expect(m.ConnectionOpenOk)
+
+    def open_connection(self, vhost: str = "/") -> None:
+        """Log in as guest (PLAIN) and send connection.open, whatever the server answers it."""
+        self.expect(m.ConnectionStart)
+        self.send(0, m.ConnectionStartOk(client_properties={}, mechanism="PLAIN",
+                                         response=b"\x00guest\x00guest", locale="en_US"))
+        tune = self.expect(m.ConnectionTune)
+        self.send(0, m.ConnectionTuneOk(channel_max=tune.channel_max, frame_max=tune.frame_max,
+                                        heartbeat=0))
+        self.send(0, m.ConnectionOpen(virtual_host=vhost))
 
     def open_channel(self, number: int = 1) -> None:
         self.send(number, m.ChannelOpen())

@@ -55,8 +55,8 @@ class Client10:
     # -- sending ------------------------------------------------------------------------
     def raw(self, data: bytes) -> None:
         self.server.receive_data(data)
-        auth = self.server.authentication
-        if auth is not None:                 # the transport runs this in a worker thread
+        # the transport runs each step of the SASL exchange in a worker thread (SCRAM: two)
+        while (auth := self.server.authentication) is not None:
             try:
                 principal = auth()
             except Exception as exc:
