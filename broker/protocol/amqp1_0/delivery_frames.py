@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import dataclasses
 from struct import Struct
-from typing import Final
+from typing import Final, TypeVar
 
 from .decoding import decode, skip
 from .definitions import Header
 from .encoding import FALSE, TRUE, enc_uint, encode
 from .values import DecodeError
 
-__all__ = ["transfer_frame", "accepted_frame", "payload_as_received", "received_header", "TAG"]
+__all__ = ["transfer_frame", "accepted_frame", "payload_as_received", "received_header", "remembered",
+           "next_section", "USUAL_METADATA", "TAG"]
 
 _FRAME_HEADER: Final = Struct(">IBBH").pack
 #: a delivery id as 8 octets (the tests' delivery tag)
@@ -86,17 +87,46 @@ def accepted_frame(channel: int, first: int, last: int | None) -> bytes:
 _VBIN8: Final = 0xa0
 _VBIN32: Final = 0xb0
 _HEADER_CODE: Final = Header.CODE
-#: the metadata sections that may follow the header, in their order (spec 3.2), and the
-#: constructors their values may have: message-annotations, properties, application-properties, footer
-_AFTER_HEADER: Final = {0x72: frozenset((0xc1, 0xd1)), 0x73: frozenset((0x45, 0xc0, 0xd0)),
-                        0x74: frozenset((0xc1, 0xd1)), 0x78: frozenset((0xc1, 0xd1))}
+_LISTS: Final = frozenset((0x45, 0xc0, 0xd0))
+_MAPS: Final = frozenset((0xc1, 0xd1))
+#: the metadata sections of the usual message, in their order (spec 3.2), and the constructors
+#: their values may have: header, message-annotations, properties, application-properties, footer
+USUAL_METADATA: Final = {_HEADER_CODE: _LISTS, 0x72: _MAPS, 0x73: _LISTS, 0x74: _MAPS, 0x78: _MAPS}
 _FOOTER: Final = 0x78
+
+
+def next_section(buf: bytes, o: int, end: int, allowed: dict[int, frozenset[int]], last: int) -> int:
+    """The descriptor code of the section at ``o`` in ``buf`` (within ``end``) if it is one of
+    ``allowed`` (code -> the constructors its value may have), described by a small ulong and
+    coming after the section of code ``last`` in the spec's order; -1 for anything else."""
+    if o + 4 > end or buf[o] != 0x00 or buf[o + 1] != 0x53:
+        return -1                                       # a symbolic descriptor, or not a section
+    code = buf[o + 2]
+    constructors = allowed.get(code)
+    if constructors is None or code <= last or buf[o + 3] not in constructors:
+        return -1
+    return code
 _DATA_HEADER: Final = b"\x00\x53\x75"
 _U32: Final = Struct(">I").pack
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+#: entries a cache of metadata bytes holds before it starts afresh
+CACHE_MAX: Final = 4096
+
+
+def remembered(cache: dict[_K, _V], key: _K, value: _V) -> _V:
+    """``value``, kept in ``cache`` under ``key``; a cache that has grown to :data:`CACHE_MAX`
+    entries is emptied first (one publisher's messages share a few metadata shapes: a cache
+    that fills up is seeing shapes that do not repeat)."""
+    if len(cache) >= CACHE_MAX:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
 #: header section as received -> its value (a frozen Header: shared safely)
 _HEADERS: dict[bytes, Header] = {}
-_HEADERS_MAX: Final = 4096
 
 
 def received_header(section: bytes) -> Header:
@@ -107,15 +137,12 @@ def received_header(section: bytes) -> Header:
         value = decode(section)[0]
         if type(value) is not Header:
             raise DecodeError("a header section that is not a header", 0)
-        if len(_HEADERS) >= _HEADERS_MAX:
-            _HEADERS.clear()
-        _HEADERS[section] = value
+        remembered(_HEADERS, section, value)
     return value
 
 
 #: (header section as received, delivery-count, first-acquirer) -> the header section to send
 _REHEADERS: dict[tuple[bytes, int, bool], bytes] = {}
-_REHEADERS_MAX: Final = 4096
 
 
 def _rewritten_header(header: bytes, delivery_count: int, first_acquirer: bool) -> bytes:
@@ -129,16 +156,13 @@ def _rewritten_header(header: bytes, delivery_count: int, first_acquirer: bool) 
             out = encode(Header(delivery_count=delivery_count, first_acquirer=first_acquirer))
         else:
             out = b""
-        if len(_REHEADERS) >= _REHEADERS_MAX:
-            _REHEADERS.clear()
-        _REHEADERS[key] = out
+        remembered(_REHEADERS, key, out)
     return out
 
 
 #: native metadata -> (header section, where the sections after it start, where the footer starts)
 #: in it, or None where :func:`payload_as_received` does not apply
 _LAYOUTS: dict[bytes, tuple[bytes, int, int] | None] = {}
-_LAYOUTS_MAX: Final = 4096
 
 
 def _layout(native: bytes) -> tuple[bytes, int, int] | None:
@@ -149,27 +173,19 @@ def _layout(native: bytes) -> tuple[bytes, int, int] | None:
         return None
     end = len(native)
     o = 1
+    header = b""
+    start, footer, last = 1, end, 0
     try:
-        header = b""
-        if native.startswith(b"\x00\x53\x70", 1):
-            if end <= 4 or native[4] not in (0x45, 0xc0, 0xd0):
-                return None
-            o = skip(native, 4, end)
-            header = native[1:o]
-        start = o
-        footer = end
-        last = _HEADER_CODE
         while o < end:
-            if o + 4 > end or native[o] != 0x00 or native[o + 1] != 0x53:
-                return None                             # a symbolic descriptor, or not a section
-            code = native[o + 2]
-            allowed = _AFTER_HEADER.get(code)
-            if allowed is None or code <= last or native[o + 3] not in allowed:
+            code = next_section(native, o, end, USUAL_METADATA, last)
+            if code < 0:
                 return None
             last = code
             if code == _FOOTER:
                 footer = o
             o = skip(native, o + 3, end)
+            if code == _HEADER_CODE:
+                header, start = native[1:o], o
     except DecodeError:
         return None                                     # the generic path says what is wrong
     return header, start, footer
@@ -192,10 +208,7 @@ def payload_as_received(native: bytes, body: bytes, delivery_count: int, first_a
     try:
         found = _LAYOUTS[native]
     except KeyError:
-        found = _layout(native)
-        if len(_LAYOUTS) >= _LAYOUTS_MAX:
-            _LAYOUTS.clear()
-        _LAYOUTS[native] = found
+        found = remembered(_LAYOUTS, native, _layout(native))
     if found is None:
         return None
     header, start, footer = found

@@ -43,8 +43,8 @@ from broker.security.acl_rules import ObjectType, Operation
 from .addresses import Destination, resolve_source, resolve_target
 from .browsing import QueueBrowser, is_browser
 from .conditions import AmqpErrorCondition, LinkErrorCondition, ProtocolFault, Scope, error_of
-from .definitions import (Accepted, Attach, Coordinator, Detach, Disposition, Error, Flow, Modified, Rejected,
-                          Released, Source, Target, TransactionalState, Transfer)
+from .definitions import (Accepted, Attach, Coordinator, Detach, Disposition, Error, Flow, Rejected, Source, Target,
+                          TransactionalState, Transfer)
 from .delivery_frames import transfer_frame
 from .terminus_fields import source_of, target_of, terminus_of
 from .dynamic_nodes import (TEMPORARY_QUEUE_PREFIX, answer_target, dynamic_source_fields, make_dynamic_node,
@@ -54,6 +54,7 @@ from .sections import MessageSections
 
 from .encoding import encode
 from .message_format import message_from_transfer, transfer_payload
+from .outcome_runs import queue_action
 from .receipts import Receipts
 from .receiver_options import answer_source, binding_key_of, checked_selector, consumer_priority
 from .resume import peer_unsettled, reconcile_receiving, reconcile_sending, unsettled_field
@@ -215,7 +216,7 @@ class LinkEndpoint10:
         """Whether :meth:`whole_delivery` may take a delivery of ``size`` bytes in one transfer now."""
         return False
 
-    def whole_delivery(self, delivery_id: int, tag: bytes, settled: bool, payload: bytes) -> None:
+    def whole_delivery(self, delivery_id: int, settled: bool, payload: bytes) -> None:
         raise NotImplementedError                # only where takes_whole says yes
 
     def send_flow(self, **fields: Any) -> None:
@@ -352,12 +353,11 @@ class ReceivingLink(LinkEndpoint10):
         return (self._delivery_id is None and self.credit > 0 and not self.incomplete_sent and not self.detached
                 and self.rcv_settle_mode != RCV_SECOND and size <= self.max_message_size)
 
-    def whole_delivery(self, delivery_id: int, tag: bytes, settled: bool, payload: bytes) -> None:
+    def whole_delivery(self, delivery_id: int, settled: bool, payload: bytes) -> None:
         """:meth:`transfer` of a delivery in one usual transfer (no more, state, resume or abort)."""
-        self._second = False
+        self._second = False                         # (the assembly state is for deliveries of several frames)
         self.credit -= 1
         self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
-        self._tag, self._resume, self._settled, self._state = tag, False, settled, None
         self._publish(delivery_id, settled, payload)
         self._renew_credit()
 
@@ -625,19 +625,12 @@ class SendingLink(LinkEndpoint10):
         if type(state) is TransactionalState:        # applied when its transaction commits
             self.session.transactions.retire(self, delivery_id, entry, state, settled)
             return
-        queue = entry.queue
-        if self.browser is not None and (state is None or isinstance(state, (Accepted, Rejected, Released,
-                                                                            Modified))):
-            pass                                     # a copy: the queue's message is untouched
-        elif state is None or isinstance(state, Accepted):
-            if settled or state is not None:
-                queue.settle(entry)
-        elif isinstance(state, Rejected):
-            queue.reject(entry)
-        elif isinstance(state, (Released, Modified)):
-            queue.release(entry)
-        else:
+        action = queue_action(self, state, settled)
+        if action == "":
             return                                   # received: not an outcome
+        queue = entry.queue
+        if action is not None:                       # (None: a browser's copy, or nothing to settle)
+            getattr(queue, action)(entry)
         if not settled:                              # (a receiver in mode second settles after us)
             self.session.unsettled.pop(delivery_id, None)
             self.session.send(Disposition(role=False, first=delivery_id, settled=True, state=state))

@@ -60,7 +60,6 @@ _RECORD = Struct(">BI")       # a data section's constructor and content length
 _COUNT = Struct(">I")
 _DATA_HEADER = b"\x00\x53\x75"
 _U32 = Struct(">I")
-_LIGHT = {True: 2, False: 1}
 
 
 def _layout_end(native: bytes) -> int:
@@ -214,6 +213,7 @@ def message_from_transfer(payload: bytes, *, exchange: str, routing_key: str, ar
     metadata: list[bytes] = []
     body_spans = []
     header: Header | None = None
+    header_section = b""
     for span in spans:
         code = span.code
         if code == DATA or code == AMQP_SEQUENCE or code == AMQP_VALUE:
@@ -221,7 +221,8 @@ def message_from_transfer(payload: bytes, *, exchange: str, routing_key: str, ar
         elif code != DELIVERY_ANNOTATIONS:
             metadata.append(payload[span.start:span.end])
             if code == HEADER:
-                header = received_header(metadata[-1])
+                header_section = metadata[-1]
+                header = received_header(header_section)
     if not body_spans:
         raise DecodeError("message has no body section (data, amqp-sequence or amqp-value)", len(payload))
     kind = body_spans[0].code
@@ -237,12 +238,8 @@ def message_from_transfer(payload: bytes, *, exchange: str, routing_key: str, ar
         layout = b"".join([bytes((_DATAS,)), _COUNT.pack(len(contents))]
                           + [_RECORD.pack(payload[s.value], len(c)) for s, c in zip(body_spans, contents)])
         body = b"".join(contents)
-    light = None
-    if header is not None:
-        light = MessageProperties(delivery_mode=_LIGHT[bool(header.durable)], priority=header.priority,
-                                  expiration=None if header.ttl is None else str(header.ttl))
     return Message(exchange=exchange, routing_key=routing_key, body=body,
-                   properties=light or MessageProperties(), native=layout + b"".join(metadata),
+                   properties=light_properties(header_section, header), native=layout + b"".join(metadata),
                    format=FORMAT, arrival=arrival)
 
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from .links import SendingLink
 
-__all__ = ["apply_outcomes", "id_ranges"]
+__all__ = ["apply_outcomes", "id_ranges", "queue_action"]
 
 _SERIAL = 0xFFFFFFFF
 _OUTCOMES = (Accepted, Rejected, Released, Modified)
@@ -50,9 +50,11 @@ def id_ranges(ids: Iterable[int]) -> Iterator[tuple[int, int]]:
         yield first, last
 
 
-def _action(link: SendingLink, state: Any, settled: bool) -> str | None:
-    """The queue's method that ``state`` asks for (None: nothing to do to the queue, ``""``: not an
-    outcome at all) -- :meth:`.links.SendingLink.outcome`'s choice."""
+def queue_action(link: SendingLink, state: Any, settled: bool) -> str | None:
+    """The queue's method (``settle``, ``reject``, ``release``) that the peer's ``state`` of a
+    delivery sent on ``link`` asks for; None: nothing to do to the queue; ``""``: not an outcome
+    at all (received), nothing happens.  One choice for :meth:`.links.SendingLink.outcome` and
+    :func:`apply_outcomes`."""
     if link.browser is not None and (state is None or isinstance(state, _OUTCOMES)):
         return None                                # a copy: the queue's message is untouched
     if state is None or isinstance(state, Accepted):
@@ -72,7 +74,7 @@ def apply_outcomes(link: SendingLink, deliveries: list[tuple[int, QueueEntry]], 
         for delivery_id, entry in deliveries:
             link.outcome(delivery_id, entry, state, settled)
         return
-    action = _action(link, state, settled)
+    action = queue_action(link, state, settled)
     if action == "":
         return
     queues: dict[Any, None] = {}

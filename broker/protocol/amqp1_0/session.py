@@ -158,7 +158,7 @@ class Session:
             link.close_with(error_of(exc))
         self._reopen_window()
 
-    def whole_transfer(self, handle: int, delivery_id: int, tag: bytes, settled: bool, payload: bytes) -> bool:
+    def whole_transfer(self, handle: int, delivery_id: int, settled: bool, payload: bytes) -> bool:
         """A whole delivery in one usual transfer frame (:mod:`.transfer_arrival`), taken as
         :meth:`performative` takes it; False, with nothing done, where that path must decide
         (the session ending, its window closed, a link that is not a plain receiving one)."""
@@ -169,7 +169,7 @@ class Session:
         self.next_incoming_id = (self.next_incoming_id + 1) & _SERIAL
         try:
             try:
-                link.whole_delivery(delivery_id, tag, settled, payload)
+                link.whole_delivery(delivery_id, settled, payload)
             except errors.BrokerError as exc:
                 link.close_with(error_of(exc))
             self._reopen_window()
@@ -260,12 +260,9 @@ class Session:
         ids, self._accepted = self._accepted, []
         if not ids or not self._may_send():
             return
-        for first, last in id_ranges(ids):
-            self._send_accepted(first, last)
-
-    def _send_accepted(self, first: int, last: int) -> None:
-        if not self.ended and self.connection.is_open:          # as send() would
-            self.connection.write_frames((accepted_frame(self.channel, first, last if last != first else None),))
+        channel = self.channel
+        self.connection.write_frames([accepted_frame(channel, first, last if last != first else None)
+                                      for first, last in id_ranges(ids)])
 
     # -- output and dispatch -----------------------------------------------------------------
     def can_send(self) -> bool:

@@ -37,8 +37,9 @@ def whole_transfer(connection: AmqpConnection10, channel: int, body: bytes) -> b
     fields = usual_transfer_fields(body)
     if fields is None:
         return False
-    handle, delivery_id, tag, _message_format, settled, more, start = fields
+    handle, delivery_id, _tag, _message_format, settled, more, start = fields
     if more or channel > connection.channel_max:
         return False
     session = connection.sessions.get(channel)
-    return session is not None and session.whole_transfer(handle, delivery_id, tag, bool(settled), body[start:])
+    # the tag matters only to a link that settles second or resumes: those take the generic path
+    return session is not None and session.whole_transfer(handle, delivery_id, bool(settled), body[start:])
