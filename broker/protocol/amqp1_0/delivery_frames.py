@@ -31,7 +31,7 @@ from .definitions import Header
 from .encoding import FALSE, TRUE, enc_uint, encode
 from .values import DecodeError
 
-__all__ = ["transfer_frame", "accepted_frame", "payload_as_received", "received_header", "remembered",
+__all__ = ["transfer_frame", "accepted_frame", "payload_as_received", "payload_parts", "received_header", "remembered",
            "next_section", "USUAL_METADATA", "TAG"]
 
 _FRAME_HEADER: Final = Struct(">IBBH").pack
@@ -47,24 +47,26 @@ _FIXED: Final = 8 + len(_TRANSFER) + 2 + 2 + 1 + 1
 _TAG_MAX: Final = 32
 
 
-def transfer_frame(channel: int, handle: int, delivery_id: int, tag: bytes, settled: bool, payload: bytes,
-                   max_frame_size: int) -> bytes | None:
+def transfer_frame(channel: int, handle: int, delivery_id: int, tag: bytes, settled: bool,
+                   payload: bytes | tuple[bytes, ...], max_frame_size: int) -> bytes | None:
     """The one transfer frame of a delivery (``more`` false), or None when it needs more frames
-    (or the tag is longer than the spec allows).
+    (or the tag is longer than the spec allows).  ``payload``: its bytes, or its parts (as
+    :func:`payload_parts` gives them), joined here with the frame in one copy.
 
     The same bytes as ``transfer_frames(channel, Transfer(handle=handle,
     delivery_id=delivery_id, delivery_tag=tag, message_format=0,
     settled=settled), payload, max_frame_size)[0]``.
     """
+    parts: tuple[bytes, ...] = (payload,) if isinstance(payload, bytes) else payload
     h = enc_uint(handle)
     d = enc_uint(delivery_id)
     t = len(tag)
-    size = _FIXED + len(h) + len(d) + t + len(payload)
+    size = _FIXED + len(h) + len(d) + t + sum(map(len, parts))
     if size > max_frame_size or t > _TAG_MAX:
         return None
     return b"".join((_FRAME_HEADER(size, 2, 0, channel), _TRANSFER,
                      bytes((len(h) + len(d) + 2 + t + 3, 5)), h, d, bytes((_VBIN8_CODE, t)), tag,
-                     _FORMAT_0, TRUE if settled else FALSE, payload))
+                     _FORMAT_0, TRUE if settled else FALSE, *parts))
 
 
 _ACCEPTED_TAIL: Final = b"\x41\x00\x53\x24\x45"       # settled true, state accepted (list0)
@@ -160,12 +162,25 @@ def _rewritten_header(header: bytes, delivery_count: int, first_acquirer: bool) 
     return out
 
 
-#: native metadata -> (header section, where the sections after it start, where the footer starts)
-#: in it, or None where :func:`payload_as_received` does not apply
-_LAYOUTS: dict[bytes, tuple[bytes, int, int] | None] = {}
+class _Layout:
+    """Where the parts of a payload are in native metadata: its header section as received (``b""``:
+    none), the sections between header and body, the footer, and the header a first delivery gets."""
+
+    __slots__ = ("header", "middle", "footer", "first_header", "vbin8")
+
+    def __init__(self, native: bytes, header: bytes, start: int, footer: int) -> None:
+        self.header = header
+        self.middle = native[start:footer]
+        self.footer = native[footer:]
+        self.vbin8 = native[0] == _VBIN8
+        self.first_header = _rewritten_header(header, 0, True)      # (DecodeError: none at all)
 
 
-def _layout(native: bytes) -> tuple[bytes, int, int] | None:
+#: native metadata -> its layout, or None where :func:`payload_as_received` does not apply
+_LAYOUTS: dict[bytes, _Layout | None] = {}
+
+
+def _layout(native: bytes) -> _Layout | None:
     """Where the header, the sections after it and the footer are in ``native``; None unless it is
     the layout octet of one data section's body followed by the known metadata sections in order."""
     layout = native[0]
@@ -186,9 +201,35 @@ def _layout(native: bytes) -> tuple[bytes, int, int] | None:
             o = skip(native, o + 3, end)
             if code == _HEADER_CODE:
                 header, start = native[1:o], o
+        return _Layout(native, header, start, footer)
     except DecodeError:
         return None                                     # the generic path says what is wrong
-    return header, start, footer
+
+
+#: the start of a data section of each vbin8 size: descriptor, constructor, size
+_DATA8: Final = [_DATA_HEADER + bytes((_VBIN8, size)) for size in range(256)]
+
+
+def payload_parts(native: bytes, body: bytes, delivery_count: int,
+                  first_acquirer: bool) -> tuple[bytes, bytes, bytes, bytes, bytes] | None:
+    """:func:`payload_as_received` in the parts it is made of, to be joined once with the transfer
+    frame (:func:`transfer_frame`): header, the sections after it, the data section's start, the
+    body, the footer; None where that is None."""
+    if not native:
+        return None
+    try:
+        layout = _LAYOUTS[native]
+    except KeyError:
+        layout = remembered(_LAYOUTS, native, _layout(native))
+    if layout is None:
+        return None
+    if delivery_count == 0 and first_acquirer:
+        header = layout.first_header
+    else:
+        header = _rewritten_header(layout.header, delivery_count, first_acquirer)   # (it decoded before)
+    size = len(body)
+    data = _DATA8[size] if size <= 255 and layout.vbin8 else _DATA_HEADER + b"\xb0" + _U32(size)
+    return header, layout.middle, data, body, layout.footer
 
 
 def payload_as_received(native: bytes, body: bytes, delivery_count: int, first_acquirer: bool) -> bytes | None:
@@ -203,22 +244,5 @@ def payload_as_received(native: bytes, body: bytes, delivery_count: int, first_a
     footer.  Where the sections are in ``native`` comes from a bounded cache:
     messages from one publisher usually share their metadata bytes.
     """
-    if not native:
-        return None
-    try:
-        found = _LAYOUTS[native]
-    except KeyError:
-        found = remembered(_LAYOUTS, native, _layout(native))
-    if found is None:
-        return None
-    header, start, footer = found
-    try:
-        new_header = _rewritten_header(header, delivery_count, first_acquirer)
-    except DecodeError:
-        return None                                     # the generic path says what is wrong
-    size = len(body)
-    if native[0] == _VBIN8 and size <= 255:
-        data = (_DATA_HEADER, b"\xa0", bytes((size,)))
-    else:
-        data = (_DATA_HEADER, b"\xb0", _U32(size))
-    return b"".join((new_header, native[start:footer], *data, body, native[footer:]))
+    parts = payload_parts(native, body, delivery_count, first_acquirer)
+    return None if parts is None else b"".join(parts)

@@ -53,7 +53,7 @@ from .framing import transfer_frames
 from .sections import MessageSections
 
 from .encoding import encode
-from .message_format import message_from_transfer, transfer_payload
+from .message_format import message_from_transfer, transfer_payload_parts
 from .outcome_runs import queue_action
 from .receipts import Receipts
 from .receiver_options import answer_source, binding_key_of, checked_selector, consumer_priority
@@ -563,7 +563,7 @@ class SendingLink(LinkEndpoint10):
         session = self.session
         delivery_id = session.take_delivery_id()
         count = entry.delivery_count
-        payload = transfer_payload(entry.message, delivery_count=count, first_acquirer=count == 0)
+        payload = transfer_payload_parts(entry.message, delivery_count=count, first_acquirer=count == 0)
         tag = self._tag_prefix + _TAG.pack(delivery_id)
         frame = transfer_frame(session.channel, self.handle, delivery_id, tag, self.no_ack, payload,
                                self.connection.max_frame_size)
@@ -572,7 +572,7 @@ class SendingLink(LinkEndpoint10):
         else:
             transfer = Transfer(handle=self.handle, delivery_id=delivery_id, delivery_tag=tag,
                                 message_format=0, settled=self.no_ack)
-            frames = transfer_frames(session.channel, transfer, payload, self.connection.max_frame_size)
+            frames = transfer_frames(session.channel, transfer, b"".join(payload), self.connection.max_frame_size)
         self.credit -= 1
         self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
         if not self.no_ack:

@@ -40,14 +40,15 @@ from broker.messaging.message_format import AMQP_1_0, register
 from .convert import (AMQP_SECTIONS_TYPE, header_from_view, is_sections_body, maps_from_view,
                       properties_from_view, view_from_sections)
 from .definitions import ApplicationProperties, Header, MessageAnnotations
-from .delivery_frames import payload_as_received, received_header
+from .delivery_frames import payload_parts, received_header
 from .encoding import encode
 from .message_arrival import light_properties, split_as_received
 from .sections import (AMQP_SEQUENCE, AMQP_VALUE, APPLICATION_PROPERTIES, DATA, DELIVERY_ANNOTATIONS, FOOTER,
                        HEADER, MESSAGE_ANNOTATIONS, PROPERTIES, MessageSections, split_sections)
 from .values import DecodeError
 
-__all__ = ["AMQP_1_0", "FORMAT", "AmqpMessageFormat", "message_from_transfer", "transfer_payload"]
+__all__ = ["AMQP_1_0", "FORMAT", "AmqpMessageFormat", "message_from_transfer", "transfer_payload",
+           "transfer_payload_parts"]
 
 
 # layout octets: what the body holds
@@ -251,11 +252,18 @@ def transfer_payload(message: Message, *, delivery_count: int, first_acquirer: b
     annotations merged into its message annotations.  Any other format is
     converted from its common view (docs/amqp-1-0-conversion.md).
     """
+    parts = transfer_payload_parts(message, delivery_count=delivery_count, first_acquirer=first_acquirer)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def transfer_payload_parts(message: Message, *, delivery_count: int, first_acquirer: bool) -> tuple[bytes, ...]:
+    """:func:`transfer_payload` in parts: a message kept as received with its body in one data
+    section (:func:`.delivery_frames.payload_parts`) is joined only with its transfer frame."""
     annotations = message.annotations
     if message.format is FORMAT:
         native = message.received_native() or FORMAT.encode(message.bare_properties())
         if annotations is None:
-            fast = payload_as_received(native, message.body, delivery_count, first_acquirer)
+            fast = payload_parts(native, message.body, delivery_count, first_acquirer)
             if fast is not None:
                 return fast
         _, sections = _metadata(native)
@@ -264,11 +272,11 @@ def transfer_payload(message: Message, *, delivery_count: int, first_acquirer: b
             header = dataclasses.replace(header, delivery_count=delivery_count, first_acquirer=first_acquirer)
         elif delivery_count or first_acquirer:
             header = Header(delivery_count=delivery_count, first_acquirer=first_acquirer)
-        return b"".join((b"" if header is None else encode(header), _merged_annotations(sections, annotations),
-                         sections.section_bytes(PROPERTIES), sections.section_bytes(APPLICATION_PROPERTIES),
-                         _body_sections(native, message.body), sections.section_bytes(FOOTER)))
+        return (b"" if header is None else encode(header), _merged_annotations(sections, annotations),
+                sections.section_bytes(PROPERTIES), sections.section_bytes(APPLICATION_PROPERTIES),
+                _body_sections(native, message.body), sections.section_bytes(FOOTER))
     view = message.bare_properties()
     body = message.body
     sections_body = view.content_type == AMQP_SECTIONS_TYPE and is_sections_body(body) is not None
-    return _metadata_sections(view, annotations, sections_body, delivery_count, first_acquirer) + \
-        (body if sections_body else _data_section(body, _VBIN8))
+    return (_metadata_sections(view, annotations, sections_body, delivery_count, first_acquirer),
+            body if sections_body else _data_section(body, _VBIN8))
