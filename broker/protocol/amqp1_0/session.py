@@ -23,6 +23,7 @@ from .definitions import (Attach, Begin, Coordinator, Detach, Disposition, End, 
 from .delivery_frames import accepted_frame
 from .outcome_runs import apply_outcomes, id_ranges
 from .transactions import SessionTransactions
+from .transfer_arrival import NO_SHAPE
 from .values import Symbol
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ class Session:
         self.links: dict[int, LinkEndpoint10] = {}           # by the peer's handle
         self.unsettled: dict[int, tuple[SendingLink, QueueEntry]] = {}   # outgoing, by delivery id
         self.ending = False                                     # we sent end with an error
+        self.transfer_shape = NO_SHAPE                          # of the last whole transfer (.transfer_arrival)
         #: incoming deliveries to accept with the next flush (after the input, or a journal commit)
         self._accepted: list[int] = []
         self._durable_waits: dict[Durability, list[tuple[LinkEndpoint10, int]]] = {}
