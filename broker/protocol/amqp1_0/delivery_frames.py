@@ -35,6 +35,9 @@ __all__ = ["transfer_frame", "accepted_frame", "payload_as_received", "payload_p
            "next_section", "USUAL_METADATA", "TAG"]
 
 _FRAME_HEADER: Final = Struct(">IBBH").pack
+_U32_PACK: Final = Struct(">I").pack
+#: enc_uint of 0..255
+_SMALL_UINTS: Final = [enc_uint(i) for i in range(256)]
 #: a delivery id as 8 octets (the tests' delivery tag)
 TAG: Final = Struct(">Q").pack
 _TRANSFER: Final = b"\x00\x53\x14\xc0"       # descriptor of transfer, then a list8
@@ -58,8 +61,8 @@ def transfer_frame(channel: int, handle: int, delivery_id: int, tag: bytes, sett
     settled=settled), payload, max_frame_size)[0]``.
     """
     parts: tuple[bytes, ...] = (payload,) if isinstance(payload, bytes) else payload
-    h = enc_uint(handle)
-    d = enc_uint(delivery_id)
+    h = _SMALL_UINTS[handle] if handle < 256 else enc_uint(handle)
+    d = _SMALL_UINTS[delivery_id] if delivery_id < 256 else b"\x70" + _U32_PACK(delivery_id)
     t = len(tag)
     size = _FIXED + len(h) + len(d) + t + sum(map(len, parts))
     if size > max_frame_size or t > _TAG_MAX:

@@ -387,7 +387,11 @@ class ReceivingLink(LinkEndpoint10):
         txn = self.session.transactions.of(state, self) if state is not None else None
         self.connection.messages_received += 1
         try:
-            exchange, routing_key = self._route_of(payload)
+            destination = self.destination
+            if destination is not None and not destination.key_from_subject:
+                exchange, routing_key = destination.exchange, destination.routing_key
+            else:
+                exchange, routing_key = self._route_by_properties(payload)
             self.connection.access.check_publish(exchange, routing_key)
             message = message_from_transfer(payload, exchange=exchange, routing_key=routing_key,
                                             arrival=ns.clock())
@@ -423,10 +427,10 @@ class ReceivingLink(LinkEndpoint10):
         else:
             self.session.accept(self, delivery_id, after)
 
-    def _route_of(self, payload: bytes) -> tuple[str, str]:
+    def _route_by_properties(self, payload: bytes) -> tuple[str, str]:
+        """Exchange and routing key of a message to a target whose key is the subject, or to the
+        anonymous relay (the ``to`` address)."""
         destination = self.destination
-        if destination is not None and not destination.key_from_subject:
-            return destination.exchange, destination.routing_key
         properties = MessageSections(payload).properties
         if destination is not None:
             subject = properties.subject if properties is not None else None
@@ -471,10 +475,9 @@ class SendingLink(LinkEndpoint10):
         self.delivery_count = 0
         self.drain = False
         self.no_ack = attach.snd_settle_mode == SND_SETTLED     # settled: at most once
-        #: delivery tags: unique to this endpoint (a resumed link's map may hold older ones)
-        self._tag_prefix = os.urandom(4)
-        #: tags of the deliveries sent unsettled, by delivery id
-        self.tags: dict[int, bytes] = {}
+        #: delivery tags: unique to this endpoint (a resumed link's map may hold older ones), a
+        #: delivery's tag the prefix and its delivery id (:meth:`tag_of`)
+        self.tag_prefix = os.urandom(4)
         self.tag = self.name
         self.priority = 0
         self.selector: Any = None
@@ -559,12 +562,17 @@ class SendingLink(LinkEndpoint10):
     def can_deliver(self, entry: QueueEntry) -> bool:
         return self.credit > 0 and not self.cancelled and self.session.can_send()
 
+    def tag_of(self, delivery_id: int) -> bytes:
+        """The tag of the delivery ``delivery_id`` this endpoint sent."""
+        return self.tag_prefix + _TAG.pack(delivery_id)
+
     def deliver(self, entry: QueueEntry) -> None:
         session = self.session
-        delivery_id = session.take_delivery_id()
+        delivery_id = session.next_delivery_id
+        session.next_delivery_id = (delivery_id + 1) & 0xFFFFFFFF
         count = entry.delivery_count
         payload = transfer_payload_parts(entry.message, delivery_count=count, first_acquirer=count == 0)
-        tag = self._tag_prefix + _TAG.pack(delivery_id)
+        tag = self.tag_prefix + _TAG.pack(delivery_id)
         frame = transfer_frame(session.channel, self.handle, delivery_id, tag, self.no_ack, payload,
                                self.connection.max_frame_size)
         if frame is not None:
@@ -577,7 +585,6 @@ class SendingLink(LinkEndpoint10):
         self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
         if not self.no_ack:
             session.unsettled[delivery_id] = (self, entry)
-            self.tags[delivery_id] = tag
             if self.link is not None and self.browser is None:    # a browser's copies resume as nothing
                 self.namespace.links.record_unsettled(self.link, tag, NULL_STATE)
         self.connection.messages_sent += 1
@@ -634,9 +641,8 @@ class SendingLink(LinkEndpoint10):
         if not settled:                              # (a receiver in mode second settles after us)
             self.session.unsettled.pop(delivery_id, None)
             self.session.send(Disposition(role=False, first=delivery_id, settled=True, state=state))
-        tag = self.tags.pop(delivery_id, None)
-        if tag is not None and self.link is not None:
-            self.namespace.links.settled(self.link, tag)
+        if self.link is not None:
+            self.namespace.links.settled(self.link, self.tag_of(delivery_id))
         self.connection.schedule_dispatch(queue)
 
     def release(self) -> None:
@@ -656,17 +662,16 @@ class SendingLink(LinkEndpoint10):
         keep = link is not None and link.terminus.keeps_unsettled
         for delivery_id in mine:
             _link, entry = unsettled.pop(delivery_id)
-            tag = self.tags.pop(delivery_id, None)
             if self.browser is not None:             # a browser's copies were never taken
                 continue
-            if keep and tag is not None:
+            tag = self.tag_of(delivery_id)
+            if keep:
                 assert link is not None
                 links.hold(link, tag, entry)
                 continue
-            if link is not None and tag is not None:
+            if link is not None:
                 links.settled(link, tag)
             entry.queue.release(entry)
             queues.add(entry.queue)
-        self.tags.clear()
         for queue in queues:
             self.connection.schedule_dispatch(queue)

@@ -58,14 +58,15 @@ def light_properties(section: bytes, header: Header | None) -> MessageProperties
     return light
 
 
-#: the metadata before the body of the last payload split in full: (those bytes, the header
-#: section, its value, native bytes by layout octet for a payload without a footer)
-_Prefix = tuple[bytes, bytes, "Header | None", dict[int, bytes]]
-_LAST: list[_Prefix] = [(b"\x01", b"", None, {})]      # matches no payload (a section starts with 0x00)
+#: the metadata before the body of the last payload split in full: (those bytes, the light
+#: properties of its header, native bytes by layout octet for a payload without a footer)
+_Prefix = tuple[bytes, MessageProperties, dict[int, bytes]]
+_LAST: list[_Prefix] = [(b"\x01", _NO_HEADER, {})]    # matches no payload (a section starts with 0x00)
 
 
-def split_as_received(payload: bytes) -> tuple[bytes, bytes, bytes, Header | None] | None:
-    """``(native, body, header section, header)`` of a payload of the usual shape, else None.
+def split_as_received(payload: bytes) -> tuple[bytes, bytes, MessageProperties] | None:
+    """``(native, body, light properties)`` of a payload of the usual shape, else None (the light
+    properties: :func:`light_properties` of its header).
 
     Messages from one publisher usually carry the same sections before the
     body: a payload that begins with the bytes the last full split found
@@ -78,14 +79,15 @@ def split_as_received(payload: bytes) -> tuple[bytes, bytes, bytes, Header | Non
     prefix = last[0]
     o = len(prefix)
     if payload.startswith(prefix) and o + 4 <= end and payload.startswith(_DATA_SECTION, o):
-        section, header, natives = last[1], last[2], last[3]
+        light, natives = last[1], last[2]
     else:
         found = _metadata_end(payload, end)
         if found is None:
             return None
         o, section, header = found
+        light = light_properties(section, header)
         natives = {}
-        _LAST[0] = (payload[:o], section, header, natives)
+        _LAST[0] = (payload[:o], light, natives)
     try:
         data = o
         constructor = payload[o + 3]
@@ -113,7 +115,7 @@ def split_as_received(payload: bytes) -> tuple[bytes, bytes, bytes, Header | Non
             native = natives[constructor] = bytes((constructor,)) + payload[:data]
     else:
         native = bytes((constructor,)) + payload[:data] + payload[stop:]
-    return native, payload[value:stop], section, header
+    return native, payload[value:stop], light
 
 
 def _metadata_end(payload: bytes, end: int) -> tuple[int, bytes, Header | None] | None:

@@ -208,7 +208,7 @@ def message_from_transfer(payload: bytes, *, exchange: str, routing_key: str, ar
     usual = split_as_received(payload)
     if usual is not None:
         return Message(exchange=exchange, routing_key=routing_key, body=usual[1],
-                       properties=light_properties(usual[2], usual[3]), native=usual[0], format=FORMAT,
+                       properties=usual[2], native=usual[0], format=FORMAT,
                        arrival=arrival)
     spans = split_sections(payload)
     metadata: list[bytes] = []
