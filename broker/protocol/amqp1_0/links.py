@@ -359,7 +359,8 @@ class ReceivingLink(LinkEndpoint10):
         self.credit -= 1
         self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
         self._publish(delivery_id, settled, payload)
-        self._renew_credit()
+        if self.credit <= LINK_CREDIT // 2:                  # (the first of _renew_credit's conditions)
+            self._renew_credit()
 
     def _renew_credit(self) -> None:
         if self.credit <= LINK_CREDIT // 2 and not self.connection.blocked \

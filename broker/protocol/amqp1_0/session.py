@@ -174,7 +174,8 @@ class Session:
                 link.whole_delivery(delivery_id, settled, payload)
             except errors.BrokerError as exc:
                 link.close_with(error_of(exc))
-            self._reopen_window()
+            if self.incoming_remaining <= INCOMING_WINDOW // 2:    # (the first of _reopen_window's conditions)
+                self._reopen_window()
         except ProtocolFault as fault:
             self.fault(fault)
         return True
