@@ -13,7 +13,7 @@ two engines (``receive_data`` and ``data_to_send``), per message::
     python bench/amqp1_0_path.py --one [--count 20000] [--batch 64]   # this PYTHONPATH, JSON
     python bench/amqp1_0_path.py --old ../other-checkout [--rounds 5]  # A/B, as message_path.py
     python bench/amqp1_0_path.py --profile [--count 50000]            # cProfile of one run
-    ... --list32        # the client's transfers encoded as rhea writes them (list32, not list8)
+    ... --list32        # the client's performatives encoded as rhea writes them (list32, not list8)
 
 ``transient_us`` is the path above; ``frames_us`` only the frame and codec work
 (decoding the frames of a batch of transfers and encoding as many transfers),
@@ -59,10 +59,19 @@ def _frames(payload: bytes, first: int, count: int) -> bytes:
     frames = [encode_frame(Transfer(handle=0, delivery_id=i, delivery_tag=struct.pack(">I", i),
                                     message_format=0, settled=False), 0, payload)
               for i in range(first, first + count)]
-    if LIST32:                  # frame header, descriptor, list32 size and count, the same fields
-        frames = [struct.pack(">I", len(f) + 6) + f[4:11] + b"\xd0" + struct.pack(">II", f[12] + 3, f[13]) + f[14:]
-                  for f in frames]
-    return b"".join(frames)
+    return b"".join(map(_as_client_writes, frames))
+
+
+def _as_client_writes(frame: bytes) -> bytes:
+    """``frame`` (one performative, a list8, as the broker's codec writes it) as the client writes
+    it: unchanged, or with ``--list32`` as rhea writes every performative (a list32)."""
+    import struct
+
+    if not LIST32:
+        return frame
+    # frame header, descriptor, list32 size and count, the same fields
+    return (struct.pack(">I", len(frame) + 6) + frame[4:11] + b"\xd0" + struct.pack(">II", frame[12] + 3, frame[13])
+            + frame[14:])
 
 
 def _transient(count: int, batch: int) -> float:
@@ -85,11 +94,11 @@ def _transient(count: int, batch: int) -> float:
     payload = message_payload(bytes(256))
     rounds = max(1, count // batch)
     inputs = [_frames(payload, r * batch, batch) for r in range(rounds)]
-    settles = [encode_frame(Disposition(role=True, first=r * batch, last=r * batch + batch - 1, settled=True,
-                                        state=Accepted()))
-               + encode_frame(Flow(next_incoming_id=(r + 1) * batch, incoming_window=1 << 20, next_outgoing_id=0,
-                                   outgoing_window=1000, handle=1, delivery_count=(r + 1) * batch,
-                                   link_credit=1 << 20))
+    settles = [_as_client_writes(encode_frame(Disposition(role=True, first=r * batch, last=r * batch + batch - 1,
+                                                          settled=True, state=Accepted())))
+               + _as_client_writes(encode_frame(Flow(next_incoming_id=(r + 1) * batch, incoming_window=1 << 20,
+                                                     next_outgoing_id=0, outgoing_window=1000, handle=1,
+                                                     delivery_count=(r + 1) * batch, link_credit=1 << 20)))
                for r in range(rounds)]
     s_server, r_server = sender.server, receiver.server
     out_s = out_r = 0
@@ -199,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--one", action="store_true", help="one round, JSON out")
     parser.add_argument("--profile", action="store_true", help="cProfile one transient run")
     parser.add_argument("--list32", action="store_true",
-                        help="the client's transfers as rhea writes them (list32 performatives)")
+                        help="the client's performatives as rhea writes them (list32, not list8)")
     parser.add_argument("--root", type=Path, default=None, help="(internal) the checkout to import")
     args = parser.parse_args(argv)
     if args.list32:

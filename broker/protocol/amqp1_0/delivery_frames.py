@@ -24,16 +24,20 @@ from __future__ import annotations
 
 import dataclasses
 from struct import Struct
-from typing import Final
+from typing import Final, TypeVar
 
 from .decoding import decode, skip
 from .definitions import Header
 from .encoding import FALSE, TRUE, enc_uint, encode
 from .values import DecodeError
 
-__all__ = ["transfer_frame", "accepted_frame", "payload_as_received", "received_header", "TAG"]
+__all__ = ["transfer_frame", "accepted_frame", "payload_as_received", "payload_parts", "received_header", "remembered",
+           "next_section", "USUAL_METADATA", "TAG"]
 
 _FRAME_HEADER: Final = Struct(">IBBH").pack
+_U32_PACK: Final = Struct(">I").pack
+#: enc_uint of 0..255
+_SMALL_UINTS: Final = [enc_uint(i) for i in range(256)]
 #: a delivery id as 8 octets (the tests' delivery tag)
 TAG: Final = Struct(">Q").pack
 _TRANSFER: Final = b"\x00\x53\x14\xc0"       # descriptor of transfer, then a list8
@@ -46,24 +50,26 @@ _FIXED: Final = 8 + len(_TRANSFER) + 2 + 2 + 1 + 1
 _TAG_MAX: Final = 32
 
 
-def transfer_frame(channel: int, handle: int, delivery_id: int, tag: bytes, settled: bool, payload: bytes,
-                   max_frame_size: int) -> bytes | None:
+def transfer_frame(channel: int, handle: int, delivery_id: int, tag: bytes, settled: bool,
+                   payload: bytes | tuple[bytes, ...], max_frame_size: int) -> bytes | None:
     """The one transfer frame of a delivery (``more`` false), or None when it needs more frames
-    (or the tag is longer than the spec allows).
+    (or the tag is longer than the spec allows).  ``payload``: its bytes, or its parts (as
+    :func:`payload_parts` gives them), joined here with the frame in one copy.
 
     The same bytes as ``transfer_frames(channel, Transfer(handle=handle,
     delivery_id=delivery_id, delivery_tag=tag, message_format=0,
     settled=settled), payload, max_frame_size)[0]``.
     """
-    h = enc_uint(handle)
-    d = enc_uint(delivery_id)
+    parts: tuple[bytes, ...] = (payload,) if isinstance(payload, bytes) else payload
+    h = _SMALL_UINTS[handle] if handle < 256 else enc_uint(handle)
+    d = _SMALL_UINTS[delivery_id] if delivery_id < 256 else b"\x70" + _U32_PACK(delivery_id)
     t = len(tag)
-    size = _FIXED + len(h) + len(d) + t + len(payload)
+    size = _FIXED + len(h) + len(d) + t + sum(map(len, parts))
     if size > max_frame_size or t > _TAG_MAX:
         return None
     return b"".join((_FRAME_HEADER(size, 2, 0, channel), _TRANSFER,
                      bytes((len(h) + len(d) + 2 + t + 3, 5)), h, d, bytes((_VBIN8_CODE, t)), tag,
-                     _FORMAT_0, TRUE if settled else FALSE, payload))
+                     _FORMAT_0, TRUE if settled else FALSE, *parts))
 
 
 _ACCEPTED_TAIL: Final = b"\x41\x00\x53\x24\x45"       # settled true, state accepted (list0)
@@ -86,17 +92,46 @@ def accepted_frame(channel: int, first: int, last: int | None) -> bytes:
 _VBIN8: Final = 0xa0
 _VBIN32: Final = 0xb0
 _HEADER_CODE: Final = Header.CODE
-#: the metadata sections that may follow the header, in their order (spec 3.2), and the
-#: constructors their values may have: message-annotations, properties, application-properties, footer
-_AFTER_HEADER: Final = {0x72: frozenset((0xc1, 0xd1)), 0x73: frozenset((0x45, 0xc0, 0xd0)),
-                        0x74: frozenset((0xc1, 0xd1)), 0x78: frozenset((0xc1, 0xd1))}
+_LISTS: Final = frozenset((0x45, 0xc0, 0xd0))
+_MAPS: Final = frozenset((0xc1, 0xd1))
+#: the metadata sections of the usual message, in their order (spec 3.2), and the constructors
+#: their values may have: header, message-annotations, properties, application-properties, footer
+USUAL_METADATA: Final = {_HEADER_CODE: _LISTS, 0x72: _MAPS, 0x73: _LISTS, 0x74: _MAPS, 0x78: _MAPS}
 _FOOTER: Final = 0x78
+
+
+def next_section(buf: bytes, o: int, end: int, allowed: dict[int, frozenset[int]], last: int) -> int:
+    """The descriptor code of the section at ``o`` in ``buf`` (within ``end``) if it is one of
+    ``allowed`` (code -> the constructors its value may have), described by a small ulong and
+    coming after the section of code ``last`` in the spec's order; -1 for anything else."""
+    if o + 4 > end or buf[o] != 0x00 or buf[o + 1] != 0x53:
+        return -1                                       # a symbolic descriptor, or not a section
+    code = buf[o + 2]
+    constructors = allowed.get(code)
+    if constructors is None or code <= last or buf[o + 3] not in constructors:
+        return -1
+    return code
 _DATA_HEADER: Final = b"\x00\x53\x75"
 _U32: Final = Struct(">I").pack
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+#: entries a cache of metadata bytes holds before it starts afresh
+CACHE_MAX: Final = 4096
+
+
+def remembered(cache: dict[_K, _V], key: _K, value: _V) -> _V:
+    """``value``, kept in ``cache`` under ``key``; a cache that has grown to :data:`CACHE_MAX`
+    entries is emptied first (one publisher's messages share a few metadata shapes: a cache
+    that fills up is seeing shapes that do not repeat)."""
+    if len(cache) >= CACHE_MAX:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
 #: header section as received -> its value (a frozen Header: shared safely)
 _HEADERS: dict[bytes, Header] = {}
-_HEADERS_MAX: Final = 4096
 
 
 def received_header(section: bytes) -> Header:
@@ -107,15 +142,12 @@ def received_header(section: bytes) -> Header:
         value = decode(section)[0]
         if type(value) is not Header:
             raise DecodeError("a header section that is not a header", 0)
-        if len(_HEADERS) >= _HEADERS_MAX:
-            _HEADERS.clear()
-        _HEADERS[section] = value
+        remembered(_HEADERS, section, value)
     return value
 
 
 #: (header section as received, delivery-count, first-acquirer) -> the header section to send
 _REHEADERS: dict[tuple[bytes, int, bool], bytes] = {}
-_REHEADERS_MAX: Final = 4096
 
 
 def _rewritten_header(header: bytes, delivery_count: int, first_acquirer: bool) -> bytes:
@@ -129,19 +161,29 @@ def _rewritten_header(header: bytes, delivery_count: int, first_acquirer: bool) 
             out = encode(Header(delivery_count=delivery_count, first_acquirer=first_acquirer))
         else:
             out = b""
-        if len(_REHEADERS) >= _REHEADERS_MAX:
-            _REHEADERS.clear()
-        _REHEADERS[key] = out
+        remembered(_REHEADERS, key, out)
     return out
 
 
-#: native metadata -> (header section, where the sections after it start, where the footer starts)
-#: in it, or None where :func:`payload_as_received` does not apply
-_LAYOUTS: dict[bytes, tuple[bytes, int, int] | None] = {}
-_LAYOUTS_MAX: Final = 4096
+class _Layout:
+    """Where the parts of a payload are in native metadata: its header section as received (``b""``:
+    none), the sections between header and body, the footer, and the header a first delivery gets."""
+
+    __slots__ = ("header", "middle", "footer", "first_header", "vbin8")
+
+    def __init__(self, native: bytes, header: bytes, start: int, footer: int) -> None:
+        self.header = header
+        self.middle = native[start:footer]
+        self.footer = native[footer:]
+        self.vbin8 = native[0] == _VBIN8
+        self.first_header = _rewritten_header(header, 0, True)      # (DecodeError: none at all)
 
 
-def _layout(native: bytes) -> tuple[bytes, int, int] | None:
+#: native metadata -> its layout, or None where :func:`payload_as_received` does not apply
+_LAYOUTS: dict[bytes, _Layout | None] = {}
+
+
+def _layout(native: bytes) -> _Layout | None:
     """Where the header, the sections after it and the footer are in ``native``; None unless it is
     the layout octet of one data section's body followed by the known metadata sections in order."""
     layout = native[0]
@@ -149,30 +191,48 @@ def _layout(native: bytes) -> tuple[bytes, int, int] | None:
         return None
     end = len(native)
     o = 1
+    header = b""
+    start, footer, last = 1, end, 0
     try:
-        header = b""
-        if native.startswith(b"\x00\x53\x70", 1):
-            if end <= 4 or native[4] not in (0x45, 0xc0, 0xd0):
-                return None
-            o = skip(native, 4, end)
-            header = native[1:o]
-        start = o
-        footer = end
-        last = _HEADER_CODE
         while o < end:
-            if o + 4 > end or native[o] != 0x00 or native[o + 1] != 0x53:
-                return None                             # a symbolic descriptor, or not a section
-            code = native[o + 2]
-            allowed = _AFTER_HEADER.get(code)
-            if allowed is None or code <= last or native[o + 3] not in allowed:
+            code = next_section(native, o, end, USUAL_METADATA, last)
+            if code < 0:
                 return None
             last = code
             if code == _FOOTER:
                 footer = o
             o = skip(native, o + 3, end)
+            if code == _HEADER_CODE:
+                header, start = native[1:o], o
+        return _Layout(native, header, start, footer)
     except DecodeError:
         return None                                     # the generic path says what is wrong
-    return header, start, footer
+
+
+#: the start of a data section of each vbin8 size: descriptor, constructor, size
+_DATA8: Final = [_DATA_HEADER + bytes((_VBIN8, size)) for size in range(256)]
+
+
+def payload_parts(native: bytes, body: bytes, delivery_count: int,
+                  first_acquirer: bool) -> tuple[bytes, bytes, bytes, bytes, bytes] | None:
+    """:func:`payload_as_received` in the parts it is made of, to be joined once with the transfer
+    frame (:func:`transfer_frame`): header, the sections after it, the data section's start, the
+    body, the footer; None where that is None."""
+    if not native:
+        return None
+    try:
+        layout = _LAYOUTS[native]
+    except KeyError:
+        layout = remembered(_LAYOUTS, native, _layout(native))
+    if layout is None:
+        return None
+    if delivery_count == 0 and first_acquirer:
+        header = layout.first_header
+    else:
+        header = _rewritten_header(layout.header, delivery_count, first_acquirer)   # (it decoded before)
+    size = len(body)
+    data = _DATA8[size] if size <= 255 and layout.vbin8 else _DATA_HEADER + b"\xb0" + _U32(size)
+    return header, layout.middle, data, body, layout.footer
 
 
 def payload_as_received(native: bytes, body: bytes, delivery_count: int, first_acquirer: bool) -> bytes | None:
@@ -187,25 +247,5 @@ def payload_as_received(native: bytes, body: bytes, delivery_count: int, first_a
     footer.  Where the sections are in ``native`` comes from a bounded cache:
     messages from one publisher usually share their metadata bytes.
     """
-    if not native:
-        return None
-    try:
-        found = _LAYOUTS[native]
-    except KeyError:
-        found = _layout(native)
-        if len(_LAYOUTS) >= _LAYOUTS_MAX:
-            _LAYOUTS.clear()
-        _LAYOUTS[native] = found
-    if found is None:
-        return None
-    header, start, footer = found
-    try:
-        new_header = _rewritten_header(header, delivery_count, first_acquirer)
-    except DecodeError:
-        return None                                     # the generic path says what is wrong
-    size = len(body)
-    if native[0] == _VBIN8 and size <= 255:
-        data = (_DATA_HEADER, b"\xa0", bytes((size,)))
-    else:
-        data = (_DATA_HEADER, b"\xb0", _U32(size))
-    return b"".join((new_header, native[start:footer], *data, body, native[footer:]))
+    parts = payload_parts(native, body, delivery_count, first_acquirer)
+    return None if parts is None else b"".join(parts)

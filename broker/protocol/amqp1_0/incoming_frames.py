@@ -122,7 +122,7 @@ def _boolean(body: bytes, o: int, e: int) -> int:
 
 #: a usual transfer's fields: handle, delivery-id, delivery-tag, message-format, settled, more,
 #: and where its payload starts in the frame body
-TransferFields = tuple[int, int, bytes, int | None, bool | None, bool, int]
+TransferFields = tuple[int, int, bytes, "int | None", "bool | None", bool, int]
 
 
 def usual_transfer_fields(body: bytes) -> TransferFields | None:
@@ -146,10 +146,10 @@ def usual_transfer_fields(body: bytes) -> TransferFields | None:
     if e > end or count < 3 or count > 6 or e - o < count:
         return None
     handle, o = _uint(body, o, e)
-    if o < 0:
+    if handle is None:
         return None
     delivery_id, o = _uint(body, o, e)
-    if o < 0 or o + 2 > e or body[o] != 0xa0:
+    if delivery_id is None or o + 2 > e or body[o] != 0xa0:
         return None
     tag_end = o + 2 + body[o + 1]
     if tag_end > e:
@@ -161,17 +161,23 @@ def usual_transfer_fields(body: bytes) -> TransferFields | None:
         message_format, o = _uint(body, o, e)
         if o < 0:
             return None
-    flags: list[bool | None] = [None, False]          # settled, more
-    for i in range(count - 4):
+    settled: bool | None = None
+    if count > 4:
         flag = _boolean(body, o, e)
         if flag < 0:
             return None
-        flags[i] = flag == 1
+        settled = flag == 1
         o += 1
-    settled, more = flags
+    more = False
+    if count > 5:
+        flag = _boolean(body, o, e)
+        if flag < 0:
+            return None
+        more = flag == 1
+        o += 1
     if o != e:
         return None
-    return handle, delivery_id, tag, message_format, settled, bool(more), e  # type: ignore[return-value]
+    return handle, delivery_id, tag, message_format, settled, more, e
 
 
 def _usual_transfer(body: bytes) -> tuple[Performative, bytes] | None:

@@ -43,8 +43,8 @@ from broker.security.acl_rules import ObjectType, Operation
 from .addresses import Destination, resolve_source, resolve_target
 from .browsing import QueueBrowser, is_browser
 from .conditions import AmqpErrorCondition, LinkErrorCondition, ProtocolFault, Scope, error_of
-from .definitions import (Accepted, Attach, Coordinator, Detach, Disposition, Error, Flow, Modified, Rejected,
-                          Released, Source, Target, TransactionalState, Transfer)
+from .definitions import (Accepted, Attach, Coordinator, Detach, Disposition, Error, Flow, Rejected, Source, Target,
+                          TransactionalState, Transfer)
 from .delivery_frames import transfer_frame
 from .terminus_fields import source_of, target_of, terminus_of
 from .dynamic_nodes import (TEMPORARY_QUEUE_PREFIX, answer_target, dynamic_source_fields, make_dynamic_node,
@@ -53,7 +53,8 @@ from .framing import transfer_frames
 from .sections import MessageSections
 
 from .encoding import encode
-from .message_format import message_from_transfer, transfer_payload
+from .message_format import message_from_transfer, transfer_payload_parts
+from .outcome_runs import queue_action
 from .receipts import Receipts
 from .receiver_options import answer_source, binding_key_of, checked_selector, consumer_priority
 from .resume import peer_unsettled, reconcile_receiving, reconcile_sending, unsettled_field
@@ -215,7 +216,7 @@ class LinkEndpoint10:
         """Whether :meth:`whole_delivery` may take a delivery of ``size`` bytes in one transfer now."""
         return False
 
-    def whole_delivery(self, delivery_id: int, tag: bytes, settled: bool, payload: bytes) -> None:
+    def whole_delivery(self, delivery_id: int, settled: bool, payload: bytes) -> None:
         raise NotImplementedError                # only where takes_whole says yes
 
     def send_flow(self, **fields: Any) -> None:
@@ -352,14 +353,14 @@ class ReceivingLink(LinkEndpoint10):
         return (self._delivery_id is None and self.credit > 0 and not self.incomplete_sent and not self.detached
                 and self.rcv_settle_mode != RCV_SECOND and size <= self.max_message_size)
 
-    def whole_delivery(self, delivery_id: int, tag: bytes, settled: bool, payload: bytes) -> None:
+    def whole_delivery(self, delivery_id: int, settled: bool, payload: bytes) -> None:
         """:meth:`transfer` of a delivery in one usual transfer (no more, state, resume or abort)."""
-        self._second = False
+        self._second = False                         # (the assembly state is for deliveries of several frames)
         self.credit -= 1
         self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
-        self._tag, self._resume, self._settled, self._state = tag, False, settled, None
         self._publish(delivery_id, settled, payload)
-        self._renew_credit()
+        if self.credit <= LINK_CREDIT // 2:                  # (the first of _renew_credit's conditions)
+            self._renew_credit()
 
     def _renew_credit(self) -> None:
         if self.credit <= LINK_CREDIT // 2 and not self.connection.blocked \
@@ -387,7 +388,11 @@ class ReceivingLink(LinkEndpoint10):
         txn = self.session.transactions.of(state, self) if state is not None else None
         self.connection.messages_received += 1
         try:
-            exchange, routing_key = self._route_of(payload)
+            destination = self.destination
+            if destination is not None and not destination.key_from_subject:
+                exchange, routing_key = destination.exchange, destination.routing_key
+            else:
+                exchange, routing_key = self._route_by_properties(payload)
             self.connection.access.check_publish(exchange, routing_key)
             message = message_from_transfer(payload, exchange=exchange, routing_key=routing_key,
                                             arrival=ns.clock())
@@ -423,10 +428,10 @@ class ReceivingLink(LinkEndpoint10):
         else:
             self.session.accept(self, delivery_id, after)
 
-    def _route_of(self, payload: bytes) -> tuple[str, str]:
+    def _route_by_properties(self, payload: bytes) -> tuple[str, str]:
+        """Exchange and routing key of a message to a target whose key is the subject, or to the
+        anonymous relay (the ``to`` address)."""
         destination = self.destination
-        if destination is not None and not destination.key_from_subject:
-            return destination.exchange, destination.routing_key
         properties = MessageSections(payload).properties
         if destination is not None:
             subject = properties.subject if properties is not None else None
@@ -471,10 +476,9 @@ class SendingLink(LinkEndpoint10):
         self.delivery_count = 0
         self.drain = False
         self.no_ack = attach.snd_settle_mode == SND_SETTLED     # settled: at most once
-        #: delivery tags: unique to this endpoint (a resumed link's map may hold older ones)
-        self._tag_prefix = os.urandom(4)
-        #: tags of the deliveries sent unsettled, by delivery id
-        self.tags: dict[int, bytes] = {}
+        #: delivery tags: unique to this endpoint (a resumed link's map may hold older ones), a
+        #: delivery's tag the prefix and its delivery id (:meth:`tag_of`)
+        self.tag_prefix = os.urandom(4)
         self.tag = self.name
         self.priority = 0
         self.selector: Any = None
@@ -559,12 +563,17 @@ class SendingLink(LinkEndpoint10):
     def can_deliver(self, entry: QueueEntry) -> bool:
         return self.credit > 0 and not self.cancelled and self.session.can_send()
 
+    def tag_of(self, delivery_id: int) -> bytes:
+        """The tag of the delivery ``delivery_id`` this endpoint sent."""
+        return self.tag_prefix + _TAG.pack(delivery_id)
+
     def deliver(self, entry: QueueEntry) -> None:
         session = self.session
-        delivery_id = session.take_delivery_id()
+        delivery_id = session.next_delivery_id
+        session.next_delivery_id = (delivery_id + 1) & 0xFFFFFFFF
         count = entry.delivery_count
-        payload = transfer_payload(entry.message, delivery_count=count, first_acquirer=count == 0)
-        tag = self._tag_prefix + _TAG.pack(delivery_id)
+        payload = transfer_payload_parts(entry.message, delivery_count=count, first_acquirer=count == 0)
+        tag = self.tag_prefix + _TAG.pack(delivery_id)
         frame = transfer_frame(session.channel, self.handle, delivery_id, tag, self.no_ack, payload,
                                self.connection.max_frame_size)
         if frame is not None:
@@ -572,12 +581,11 @@ class SendingLink(LinkEndpoint10):
         else:
             transfer = Transfer(handle=self.handle, delivery_id=delivery_id, delivery_tag=tag,
                                 message_format=0, settled=self.no_ack)
-            frames = transfer_frames(session.channel, transfer, payload, self.connection.max_frame_size)
+            frames = transfer_frames(session.channel, transfer, b"".join(payload), self.connection.max_frame_size)
         self.credit -= 1
         self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF
         if not self.no_ack:
             session.unsettled[delivery_id] = (self, entry)
-            self.tags[delivery_id] = tag
             if self.link is not None and self.browser is None:    # a browser's copies resume as nothing
                 self.namespace.links.record_unsettled(self.link, tag, NULL_STATE)
         self.connection.messages_sent += 1
@@ -625,25 +633,17 @@ class SendingLink(LinkEndpoint10):
         if type(state) is TransactionalState:        # applied when its transaction commits
             self.session.transactions.retire(self, delivery_id, entry, state, settled)
             return
-        queue = entry.queue
-        if self.browser is not None and (state is None or isinstance(state, (Accepted, Rejected, Released,
-                                                                            Modified))):
-            pass                                     # a copy: the queue's message is untouched
-        elif state is None or isinstance(state, Accepted):
-            if settled or state is not None:
-                queue.settle(entry)
-        elif isinstance(state, Rejected):
-            queue.reject(entry)
-        elif isinstance(state, (Released, Modified)):
-            queue.release(entry)
-        else:
+        action = queue_action(self, state, settled)
+        if action == "":
             return                                   # received: not an outcome
+        queue = entry.queue
+        if action is not None:                       # (None: a browser's copy, or nothing to settle)
+            getattr(queue, action)(entry)
         if not settled:                              # (a receiver in mode second settles after us)
             self.session.unsettled.pop(delivery_id, None)
             self.session.send(Disposition(role=False, first=delivery_id, settled=True, state=state))
-        tag = self.tags.pop(delivery_id, None)
-        if tag is not None and self.link is not None:
-            self.namespace.links.settled(self.link, tag)
+        if self.link is not None:
+            self.namespace.links.settled(self.link, self.tag_of(delivery_id))
         self.connection.schedule_dispatch(queue)
 
     def release(self) -> None:
@@ -663,17 +663,16 @@ class SendingLink(LinkEndpoint10):
         keep = link is not None and link.terminus.keeps_unsettled
         for delivery_id in mine:
             _link, entry = unsettled.pop(delivery_id)
-            tag = self.tags.pop(delivery_id, None)
             if self.browser is not None:             # a browser's copies were never taken
                 continue
-            if keep and tag is not None:
+            tag = self.tag_of(delivery_id)
+            if keep:
                 assert link is not None
                 links.hold(link, tag, entry)
                 continue
-            if link is not None and tag is not None:
+            if link is not None:
                 links.settled(link, tag)
             entry.queue.release(entry)
             queues.add(entry.queue)
-        self.tags.clear()
         for queue in queues:
             self.connection.schedule_dispatch(queue)

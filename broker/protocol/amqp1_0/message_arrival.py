@@ -21,27 +21,24 @@ from typing import Final
 from broker.messaging.message import MessageProperties
 
 from .decoding import skip
-from .delivery_frames import received_header
+from .delivery_frames import USUAL_METADATA, next_section, received_header, remembered
 from .definitions import Header
+from .sections import FOOTER
 from .values import DecodeError
 
 __all__ = ["split_as_received", "light_properties"]
 
 _U32: Final = Struct(">I").unpack_from
-_LISTS: Final = frozenset((0x45, 0xc0, 0xd0))
 _MAPS: Final = frozenset((0xc1, 0xd1))
-_HEADER: Final = b"\x00\x53\x70"
-_DATA: Final = 0x75
+_HEADER_CODE: Final = Header.CODE
 _DATA_SECTION: Final = b"\x00\x53\x75"
 _FOOTER: Final = b"\x00\x53\x78"
-#: the sections that may come between the header and the body, in their order, and the
-#: constructors their values may have: message-annotations, properties, application-properties
-_BEFORE_BODY: Final = {0x72: _MAPS, 0x73: _LISTS, 0x74: _MAPS}
+#: the sections that may come before the body, and the constructors their values may have
+_BEFORE_BODY: Final = {code: allowed for code, allowed in USUAL_METADATA.items() if code != FOOTER}
 
 _NO_HEADER: Final = MessageProperties()
 #: header section -> the properties a Message reads its persistence, priority and expiry from
 _LIGHT: dict[bytes, MessageProperties] = {}
-_LIGHT_MAX: Final = 4096
 
 
 def light_properties(section: bytes, header: Header | None) -> MessageProperties:
@@ -55,22 +52,21 @@ def light_properties(section: bytes, header: Header | None) -> MessageProperties
         return _NO_HEADER
     light = _LIGHT.get(section)
     if light is None:
-        light = MessageProperties(delivery_mode=2 if header.durable else 1, priority=header.priority,
-                                  expiration=None if header.ttl is None else str(header.ttl))
-        if len(_LIGHT) >= _LIGHT_MAX:
-            _LIGHT.clear()
-        _LIGHT[section] = light
+        light = remembered(_LIGHT, section, MessageProperties(
+            delivery_mode=2 if header.durable else 1, priority=header.priority,
+            expiration=None if header.ttl is None else str(header.ttl)))
     return light
 
 
-#: the metadata before the body of the last payload split in full: (those bytes, the header
-#: section, its value, native bytes by layout octet for a payload without a footer)
-_Prefix = tuple[bytes, bytes, "Header | None", dict[int, bytes]]
-_LAST: list[_Prefix] = [(b"\x01", b"", None, {})]      # matches no payload (a section starts with 0x00)
+#: the metadata before the body of the last payload split in full: (those bytes, the light
+#: properties of its header, native bytes by layout octet for a payload without a footer)
+_Prefix = tuple[bytes, MessageProperties, dict[int, bytes]]
+_LAST: list[_Prefix] = [(b"\x01", _NO_HEADER, {})]    # matches no payload (a section starts with 0x00)
 
 
-def split_as_received(payload: bytes) -> tuple[bytes, bytes, bytes, Header | None] | None:
-    """``(native, body, header section, header)`` of a payload of the usual shape, else None.
+def split_as_received(payload: bytes) -> tuple[bytes, bytes, MessageProperties] | None:
+    """``(native, body, light properties)`` of a payload of the usual shape, else None (the light
+    properties: :func:`light_properties` of its header).
 
     Messages from one publisher usually carry the same sections before the
     body: a payload that begins with the bytes the last full split found
@@ -83,14 +79,15 @@ def split_as_received(payload: bytes) -> tuple[bytes, bytes, bytes, Header | Non
     prefix = last[0]
     o = len(prefix)
     if payload.startswith(prefix) and o + 4 <= end and payload.startswith(_DATA_SECTION, o):
-        section, header, natives = last[1], last[2], last[3]
+        light, natives = last[1], last[2]
     else:
         found = _metadata_end(payload, end)
         if found is None:
             return None
         o, section, header = found
+        light = light_properties(section, header)
         natives = {}
-        _LAST[0] = (payload[:o], section, header, natives)
+        _LAST[0] = (payload[:o], light, natives)
     try:
         data = o
         constructor = payload[o + 3]
@@ -118,7 +115,7 @@ def split_as_received(payload: bytes) -> tuple[bytes, bytes, bytes, Header | Non
             native = natives[constructor] = bytes((constructor,)) + payload[:data]
     else:
         native = bytes((constructor,)) + payload[:data] + payload[stop:]
-    return native, payload[value:stop], section, header
+    return native, payload[value:stop], light
 
 
 def _metadata_end(payload: bytes, end: int) -> tuple[int, bytes, Header | None] | None:
@@ -127,24 +124,18 @@ def _metadata_end(payload: bytes, end: int) -> tuple[int, bytes, Header | None] 
     o = 0
     header = None
     section = b""
+    last = 0
     try:
-        if payload.startswith(_HEADER):
-            if end <= 3 or payload[3] not in _LISTS:
-                return None
-            o = skip(payload, 3, end)
-            section = payload[:o]
-            header = received_header(section)
-        last = 0x70
         while True:
-            if o + 4 > end or payload[o] != 0x00 or payload[o + 1] != 0x53:
-                return None
-            code = payload[o + 2]
-            if code == _DATA:
+            if o + 4 <= end and payload.startswith(_DATA_SECTION, o):
                 return o, section, header
-            allowed = _BEFORE_BODY.get(code)
-            if allowed is None or code <= last or payload[o + 3] not in allowed:
+            code = next_section(payload, o, end, _BEFORE_BODY, last)
+            if code < 0:
                 return None
             last = code
-            o = skip(payload, o + 3, end)
+            start, o = o, skip(payload, o + 3, end)
+            if code == _HEADER_CODE:
+                section = payload[start:o]
+                header = received_header(section)
     except DecodeError:
         return None

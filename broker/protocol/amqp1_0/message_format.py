@@ -40,14 +40,15 @@ from broker.messaging.message_format import AMQP_1_0, register
 from .convert import (AMQP_SECTIONS_TYPE, header_from_view, is_sections_body, maps_from_view,
                       properties_from_view, view_from_sections)
 from .definitions import ApplicationProperties, Header, MessageAnnotations
-from .delivery_frames import payload_as_received, received_header
+from .delivery_frames import payload_parts, received_header
 from .encoding import encode
 from .message_arrival import light_properties, split_as_received
 from .sections import (AMQP_SEQUENCE, AMQP_VALUE, APPLICATION_PROPERTIES, DATA, DELIVERY_ANNOTATIONS, FOOTER,
                        HEADER, MESSAGE_ANNOTATIONS, PROPERTIES, MessageSections, split_sections)
 from .values import DecodeError
 
-__all__ = ["AMQP_1_0", "FORMAT", "AmqpMessageFormat", "message_from_transfer", "transfer_payload"]
+__all__ = ["AMQP_1_0", "FORMAT", "AmqpMessageFormat", "message_from_transfer", "transfer_payload",
+           "transfer_payload_parts"]
 
 
 # layout octets: what the body holds
@@ -60,7 +61,6 @@ _RECORD = Struct(">BI")       # a data section's constructor and content length
 _COUNT = Struct(">I")
 _DATA_HEADER = b"\x00\x53\x75"
 _U32 = Struct(">I")
-_LIGHT = {True: 2, False: 1}
 
 
 def _layout_end(native: bytes) -> int:
@@ -208,12 +208,13 @@ def message_from_transfer(payload: bytes, *, exchange: str, routing_key: str, ar
     usual = split_as_received(payload)
     if usual is not None:
         return Message(exchange=exchange, routing_key=routing_key, body=usual[1],
-                       properties=light_properties(usual[2], usual[3]), native=usual[0], format=FORMAT,
+                       properties=usual[2], native=usual[0], format=FORMAT,
                        arrival=arrival)
     spans = split_sections(payload)
     metadata: list[bytes] = []
     body_spans = []
     header: Header | None = None
+    header_section = b""
     for span in spans:
         code = span.code
         if code == DATA or code == AMQP_SEQUENCE or code == AMQP_VALUE:
@@ -221,7 +222,8 @@ def message_from_transfer(payload: bytes, *, exchange: str, routing_key: str, ar
         elif code != DELIVERY_ANNOTATIONS:
             metadata.append(payload[span.start:span.end])
             if code == HEADER:
-                header = received_header(metadata[-1])
+                header_section = metadata[-1]
+                header = received_header(header_section)
     if not body_spans:
         raise DecodeError("message has no body section (data, amqp-sequence or amqp-value)", len(payload))
     kind = body_spans[0].code
@@ -237,12 +239,8 @@ def message_from_transfer(payload: bytes, *, exchange: str, routing_key: str, ar
         layout = b"".join([bytes((_DATAS,)), _COUNT.pack(len(contents))]
                           + [_RECORD.pack(payload[s.value], len(c)) for s, c in zip(body_spans, contents)])
         body = b"".join(contents)
-    light = None
-    if header is not None:
-        light = MessageProperties(delivery_mode=_LIGHT[bool(header.durable)], priority=header.priority,
-                                  expiration=None if header.ttl is None else str(header.ttl))
     return Message(exchange=exchange, routing_key=routing_key, body=body,
-                   properties=light or MessageProperties(), native=layout + b"".join(metadata),
+                   properties=light_properties(header_section, header), native=layout + b"".join(metadata),
                    format=FORMAT, arrival=arrival)
 
 
@@ -254,11 +252,18 @@ def transfer_payload(message: Message, *, delivery_count: int, first_acquirer: b
     annotations merged into its message annotations.  Any other format is
     converted from its common view (docs/amqp-1-0-conversion.md).
     """
+    parts = transfer_payload_parts(message, delivery_count=delivery_count, first_acquirer=first_acquirer)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def transfer_payload_parts(message: Message, *, delivery_count: int, first_acquirer: bool) -> tuple[bytes, ...]:
+    """:func:`transfer_payload` in parts: a message kept as received with its body in one data
+    section (:func:`.delivery_frames.payload_parts`) is joined only with its transfer frame."""
     annotations = message.annotations
     if message.format is FORMAT:
         native = message.received_native() or FORMAT.encode(message.bare_properties())
         if annotations is None:
-            fast = payload_as_received(native, message.body, delivery_count, first_acquirer)
+            fast = payload_parts(native, message.body, delivery_count, first_acquirer)
             if fast is not None:
                 return fast
         _, sections = _metadata(native)
@@ -267,11 +272,11 @@ def transfer_payload(message: Message, *, delivery_count: int, first_acquirer: b
             header = dataclasses.replace(header, delivery_count=delivery_count, first_acquirer=first_acquirer)
         elif delivery_count or first_acquirer:
             header = Header(delivery_count=delivery_count, first_acquirer=first_acquirer)
-        return b"".join((b"" if header is None else encode(header), _merged_annotations(sections, annotations),
-                         sections.section_bytes(PROPERTIES), sections.section_bytes(APPLICATION_PROPERTIES),
-                         _body_sections(native, message.body), sections.section_bytes(FOOTER)))
+        return (b"" if header is None else encode(header), _merged_annotations(sections, annotations),
+                sections.section_bytes(PROPERTIES), sections.section_bytes(APPLICATION_PROPERTIES),
+                _body_sections(native, message.body), sections.section_bytes(FOOTER))
     view = message.bare_properties()
     body = message.body
     sections_body = view.content_type == AMQP_SECTIONS_TYPE and is_sections_body(body) is not None
-    return _metadata_sections(view, annotations, sections_body, delivery_count, first_acquirer) + \
-        (body if sections_body else _data_section(body, _VBIN8))
+    return (_metadata_sections(view, annotations, sections_body, delivery_count, first_acquirer),
+            body if sections_body else _data_section(body, _VBIN8))

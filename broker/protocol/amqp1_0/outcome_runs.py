@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
+from .delivery_frames import TAG
 from .definitions import Accepted, Disposition, Modified, Rejected, Released, TransactionalState
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
     from .links import SendingLink
 
-__all__ = ["apply_outcomes", "id_ranges"]
+__all__ = ["apply_outcomes", "id_ranges", "queue_action"]
 
 _SERIAL = 0xFFFFFFFF
 _OUTCOMES = (Accepted, Rejected, Released, Modified)
@@ -50,9 +51,11 @@ def id_ranges(ids: Iterable[int]) -> Iterator[tuple[int, int]]:
         yield first, last
 
 
-def _action(link: SendingLink, state: Any, settled: bool) -> str | None:
-    """The queue's method that ``state`` asks for (None: nothing to do to the queue, ``""``: not an
-    outcome at all) -- :meth:`.links.SendingLink.outcome`'s choice."""
+def queue_action(link: SendingLink, state: Any, settled: bool) -> str | None:
+    """The queue's method (``settle``, ``reject``, ``release``) that the peer's ``state`` of a
+    delivery sent on ``link`` asks for; None: nothing to do to the queue; ``""``: not an outcome
+    at all (received), nothing happens.  One choice for :meth:`.links.SendingLink.outcome` and
+    :func:`apply_outcomes`."""
     if link.browser is not None and (state is None or isinstance(state, _OUTCOMES)):
         return None                                # a copy: the queue's message is untouched
     if state is None or isinstance(state, Accepted):
@@ -72,7 +75,7 @@ def apply_outcomes(link: SendingLink, deliveries: list[tuple[int, QueueEntry]], 
         for delivery_id, entry in deliveries:
             link.outcome(delivery_id, entry, state, settled)
         return
-    action = _action(link, state, settled)
+    action = queue_action(link, state, settled)
     if action == "":
         return
     queues: dict[Any, None] = {}
@@ -80,10 +83,14 @@ def apply_outcomes(link: SendingLink, deliveries: list[tuple[int, QueueEntry]], 
         for _delivery_id, entry in deliveries:
             queues[entry.queue] = None
     else:
+        last: Any = None
+        apply: Any = None
         for _delivery_id, entry in deliveries:
             queue = entry.queue
-            getattr(queue, action)(entry)
-            queues[queue] = None
+            if queue is not last:                   # (one queue, usually: its method looked up once)
+                last, apply = queue, getattr(queue, action)
+                queues[queue] = None
+            apply(entry)
     session = link.session
     if not settled:                                # (a receiver in mode second settles after us)
         unsettled = session.unsettled
@@ -92,10 +99,9 @@ def apply_outcomes(link: SendingLink, deliveries: list[tuple[int, QueueEntry]], 
         for first, last in id_ranges(delivery_id for delivery_id, _entry in deliveries):
             session.send(Disposition(role=False, first=first, last=last if last != first else None,
                                      settled=True, state=state))
-    pop = link.tags.pop
-    tags = [tag for tag in (pop(delivery_id, None) for delivery_id, _entry in deliveries) if tag is not None]
-    if tags and link.link is not None:
-        link.namespace.links.settled_many(link.link, tags)
+    if link.link is not None:
+        prefix = link.tag_prefix
+        link.namespace.links.settled_many(link.link, [prefix + TAG(delivery_id) for delivery_id, _entry in deliveries])
     schedule = link.connection.schedule_dispatch
     for queue in queues:
         schedule(queue)

@@ -23,6 +23,7 @@ from .definitions import (Attach, Begin, Coordinator, Detach, Disposition, End, 
 from .delivery_frames import accepted_frame
 from .outcome_runs import apply_outcomes, id_ranges
 from .transactions import SessionTransactions
+from .transfer_arrival import NO_SHAPE
 from .values import Symbol
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ class Session:
         self.links: dict[int, LinkEndpoint10] = {}           # by the peer's handle
         self.unsettled: dict[int, tuple[SendingLink, QueueEntry]] = {}   # outgoing, by delivery id
         self.ending = False                                     # we sent end with an error
+        self.transfer_shape = NO_SHAPE                          # of the last whole transfer (.transfer_arrival)
         #: incoming deliveries to accept with the next flush (after the input, or a journal commit)
         self._accepted: list[int] = []
         self._durable_waits: dict[Durability, list[tuple[LinkEndpoint10, int]]] = {}
@@ -158,7 +160,7 @@ class Session:
             link.close_with(error_of(exc))
         self._reopen_window()
 
-    def whole_transfer(self, handle: int, delivery_id: int, tag: bytes, settled: bool, payload: bytes) -> bool:
+    def whole_transfer(self, handle: int, delivery_id: int, settled: bool, payload: bytes) -> bool:
         """A whole delivery in one usual transfer frame (:mod:`.transfer_arrival`), taken as
         :meth:`performative` takes it; False, with nothing done, where that path must decide
         (the session ending, its window closed, a link that is not a plain receiving one)."""
@@ -169,10 +171,11 @@ class Session:
         self.next_incoming_id = (self.next_incoming_id + 1) & _SERIAL
         try:
             try:
-                link.whole_delivery(delivery_id, tag, settled, payload)
+                link.whole_delivery(delivery_id, settled, payload)
             except errors.BrokerError as exc:
                 link.close_with(error_of(exc))
-            self._reopen_window()
+            if self.incoming_remaining <= INCOMING_WINDOW // 2:    # (the first of _reopen_window's conditions)
+                self._reopen_window()
         except ProtocolFault as fault:
             self.fault(fault)
         return True
@@ -260,12 +263,9 @@ class Session:
         ids, self._accepted = self._accepted, []
         if not ids or not self._may_send():
             return
-        for first, last in id_ranges(ids):
-            self._send_accepted(first, last)
-
-    def _send_accepted(self, first: int, last: int) -> None:
-        if not self.ended and self.connection.is_open:          # as send() would
-            self.connection.write_frames((accepted_frame(self.channel, first, last if last != first else None),))
+        channel = self.channel
+        self.connection.write_frames([accepted_frame(channel, first, last if last != first else None)
+                                      for first, last in id_ranges(ids)])
 
     # -- output and dispatch -----------------------------------------------------------------
     def can_send(self) -> bool:

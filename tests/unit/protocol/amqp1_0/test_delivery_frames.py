@@ -11,9 +11,11 @@ from hypothesis import given, settings, strategies as st
 from broker.messaging.message import Message, MessageProperties
 from broker.protocol.amqp1_0 import message_format
 from broker.protocol.amqp1_0.definitions import Accepted, Disposition
-from broker.protocol.amqp1_0.delivery_frames import TAG, accepted_frame, payload_as_received, transfer_frame
+from broker.protocol.amqp1_0.delivery_frames import (TAG, accepted_frame, payload_as_received, payload_parts,
+                                                     transfer_frame)
 from broker.protocol.amqp1_0.framing import encode_frame, transfer_frames
-from broker.protocol.amqp1_0.message_format import FORMAT, message_from_transfer, transfer_payload
+from broker.protocol.amqp1_0.message_format import (FORMAT, message_from_transfer, transfer_payload,
+                                                    transfer_payload_parts)
 from broker.protocol.amqp1_0.sections import encode_sections
 from broker.protocol.amqp1_0.types import (AmqpValue, ApplicationProperties, Data, DeliveryAnnotations, Footer,
                                            DecodeError, Header, MessageAnnotations, Properties, Symbol, Transfer)
@@ -40,6 +42,9 @@ def test_the_transfer_frame_is_the_generic_one_or_none(channel: int, handle: int
         assert len(generic) > 1                  # it needs continuation frames: the generic path splits
     else:
         assert [fast] == generic
+    cut = len(payload) // 3                      # the payload in parts: joined with the frame, the same bytes
+    parts = (payload[:cut], b"", payload[cut:2 * cut], payload[2 * cut:])
+    assert transfer_frame(channel, handle, delivery_id, tag, settled, parts, max_frame_size) == fast
 
 
 @pytest.mark.parametrize("delivery_id", [0, 1, 255, 256, 0xFFFFFFFF])
@@ -67,7 +72,7 @@ def test_a_tag_longer_than_the_spec_allows_takes_the_generic_path() -> None:
 def generic_payload(monkeypatch: pytest.MonkeyPatch, message: Message, delivery_count: int,
                     first_acquirer: bool) -> bytes:
     with monkeypatch.context() as patch:
-        patch.setattr(message_format, "payload_as_received", lambda *args: None)
+        patch.setattr(message_format, "payload_parts", lambda *args: None)
         return transfer_payload(message, delivery_count=delivery_count, first_acquirer=first_acquirer)
 
 
@@ -106,6 +111,10 @@ def test_a_delivery_payload_is_the_generic_one(header: Any, da: bool, ma: Any, p
         assert fast is not None
         assert fast == generic_payload(patch, message, delivery_count, first_acquirer)
         assert transfer_payload(message, delivery_count=delivery_count, first_acquirer=first_acquirer) == fast
+        parts = transfer_payload_parts(message, delivery_count=delivery_count, first_acquirer=first_acquirer)
+        assert parts == payload_parts(message.received_native() or b"", message.body, delivery_count,
+                                      first_acquirer)
+        assert b"".join(parts) == fast
 
 
 def test_other_layouts_take_the_generic_path() -> None:
@@ -120,7 +129,7 @@ def test_a_message_with_broker_annotations_takes_the_generic_path(monkeypatch: p
     annotated = Message.annotated({"x-first-death-reason": "rejected"}, exchange="", routing_key="q",
                                   body=message.body, native=message.received_native(), format=FORMAT, arrival=1.0)
     calls: list[Any] = []
-    monkeypatch.setattr(message_format, "payload_as_received", lambda *args: calls.append(args))
+    monkeypatch.setattr(message_format, "payload_parts", lambda *args: calls.append(args))
     payload = transfer_payload(annotated, delivery_count=1, first_acquirer=False)
     assert calls == [] and b"x-first-death-reason" in payload
 

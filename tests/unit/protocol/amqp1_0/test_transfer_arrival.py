@@ -9,12 +9,13 @@ import struct
 from typing import Any, Callable
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from broker.protocol.amqp1_0 import connection as connection_module
 from broker.protocol.amqp1_0.definitions import Attach, Begin, Detach, Disposition, End, Source, Target, Transfer
 from broker.protocol.amqp1_0.framing import encode_frame
 from broker.protocol.amqp1_0.incoming_frames import usual_transfer_fields
-from broker.protocol.amqp1_0.transfer_arrival import whole_transfer
+from broker.protocol.amqp1_0.transfer_arrival import NO_SHAPE, whole_fields, whole_transfer
 
 from .engine_client import Client10, message_payload
 
@@ -183,3 +184,53 @@ def test_frames_other_than_usual_transfers_are_not_taken() -> None:
                          Disposition(role=True, first=0),
                          Transfer(handle=0, delivery_id=1, delivery_tag=b"t", rcv_settle_mode=0)):
         assert not whole_transfer(client.server, 0, encode_frame(performative, 0, PAYLOAD)[8:])
+
+
+# -- a transfer laid out as the last one: read from its delivery-id alone ------------------------------
+
+class _Holder:
+    def __init__(self) -> None:
+        self.transfer_shape = NO_SHAPE
+
+
+def _expected(body: bytes) -> tuple[int, int, bool, int] | None:
+    """What whole_fields must say: usual_transfer_fields' reading of a whole delivery, or None."""
+    fields = usual_transfer_fields(body)
+    if fields is None or fields[5]:
+        return None
+    return fields[0], fields[1], bool(fields[4]), fields[6]
+
+
+def _list32(body: bytes) -> bytes:
+    """A list8 performative's body as rhea writes it (a list32)."""
+    return body[:3] + b"\xd0" + struct.pack(">II", body[4] + 3, body[5]) + body[6:]
+
+
+ids = st.sampled_from([0, 1, 255, 256, 70_000, 0xFFFFFFFF]) | st.integers(0, 0xFFFFFFFF)
+usual = st.builds(Transfer, handle=st.sampled_from([0, 1, 300]), delivery_id=ids,
+                  delivery_tag=st.binary(max_size=9), message_format=st.sampled_from([0, None]),
+                  settled=st.sampled_from([None, False, True]), more=st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(first=usual, second=usual, list32=st.booleans(), payload=st.binary(max_size=12))
+def test_a_transfer_after_another_is_read_as_usual_transfer_fields_reads_it(first: Transfer, second: Transfer,
+                                                                            list32: bool, payload: bytes) -> None:
+    holder = _Holder()
+    bodies = [encode_frame(t, 0, payload)[8:] for t in (first, second)]
+    if list32:
+        bodies = [_list32(b) for b in bodies]
+    for body in bodies + bodies[::-1]:          # each read after the other's shape, and after its own
+        assert whole_fields(holder, body) == _expected(body), body.hex()
+
+
+def test_a_body_cut_or_altered_anywhere_after_a_usual_one_is_read_as_usual_transfer_fields_reads_it() -> None:
+    for transfer in (Transfer(handle=0, delivery_id=70_000, delivery_tag=b"\x00\x01\x11p", message_format=0,
+                              settled=False),
+                     Transfer(handle=2, delivery_id=7, delivery_tag=b"t", settled=True, more=False)):
+        for body in (encode_frame(transfer, 0, PAYLOAD)[8:], _list32(encode_frame(transfer, 0, PAYLOAD)[8:])):
+            for variant in [body[:cut] for cut in range(len(body))] + \
+                    [body[:i] + bytes((flip,)) + body[i + 1:] for i in range(40) for flip in (0x00, 0x40, 0x52, 0xff)]:
+                holder = _Holder()
+                assert whole_fields(holder, body) == _expected(body)        # the shape of the usual one
+                assert whole_fields(holder, variant) == _expected(variant), variant.hex()
