@@ -1,7 +1,7 @@
 """Flow to disk with a real client: a backlog past ``broker.flowToDiskThreshold`` is paged and served.
 
 The broker is started as a user starts it, with a small threshold set with
-``-D``; pika publishes a few thousand persistent messages with confirms (the
+``-D``; pika publishes a few thousand persistent messages in transactions (the
 broker flows to disk: the log says so, the REST API counts paged messages),
 then consumes them all, in order, intact.  A lazy queue (``x-queue-mode``)
 pages without any threshold and is recovered paged after a restart.
@@ -62,6 +62,14 @@ def queue_attributes(proc: DeltaMQProcess, name: str) -> dict[str, Any]:
     return found[0] if isinstance(found, list) else found
 
 
+def answers(proc: DeltaMQProcess, name: str) -> bool:
+    try:
+        queue_attributes(proc, name)
+    except OSError:                              # the HTTP port opens after the AMQP one
+        return False
+    return True
+
+
 def statistic(attributes: dict[str, Any], name: str) -> int:
     return int(attributes.get("statistics", attributes).get(name, attributes.get(name, 0)))
 
@@ -69,11 +77,14 @@ def statistic(attributes: dict[str, Any], name: str) -> int:
 def publish(proc: DeltaMQProcess, queue: str, arguments: dict[str, Any] | None = None) -> None:
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", proc.amqp_port))
     ch = conn.channel()
-    ch.confirm_delivery()
     ch.queue_declare(queue, durable=True, arguments=arguments)
+    ch.tx_select()                               # tx.commit-ok: all of them are durable
     for index in range(COUNT):
         ch.basic_publish("", queue, body(index), pika.BasicProperties(
             delivery_mode=2, message_id=f"m-{index}", headers={"index": index}, content_type="application/x"))
+        if index % 500 == 499:
+            ch.tx_commit()
+    ch.tx_commit()
     conn.close()
 
 
@@ -126,6 +137,7 @@ def test_a_lazy_queue_is_paged_and_recovered_paged_after_a_restart() -> None:
         os.killpg(proc.proc.pid, signal.SIGKILL)
         proc.proc.wait(timeout=30)
         proc.start()
+        wait_until(lambda: answers(proc, "lazy"), 30, what="the REST API after the restart")
         attributes = queue_attributes(proc, "lazy")
         assert statistic(attributes, "queueDepthMessages") == COUNT
         assert statistic(attributes, "messagesPagedOut") == COUNT          # bodies left on disk
