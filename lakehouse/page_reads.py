@@ -87,10 +87,14 @@ class JournalPageReader:
     def after_durable(self, callback: Callable[[bool], None]) -> None:
         journal = self.journal
         group = journal.pending or journal._in_flight
+        loop = journal._loop
         if group is None:
-            callback(True)
+            if loop is not None and not loop.is_closed():
+                loop.call_soon(callback, True)  # on the next turn: a large spill is done in steps
+            else:
+                callback(True)
             return
-        if journal._loop is None:
+        if loop is None:
             # no loop (start-up, tests): the group is committed in-process at close, too late
             callback(False)
             return

@@ -62,6 +62,8 @@ log = logging.getLogger(__name__)
 WINDOW: Final = 1024
 #: arrivals paged out together
 PAGE_CHUNK: Final = 1024
+#: messages moved from the tail to the segments in one go
+SPILL_CHUNK: Final = 65_536
 
 
 class PageWait:
@@ -294,11 +296,14 @@ class PagedQueue(Queue):
         state = self._pages
         fresh = self._fresh
         if not state.segments and state.batch is None and len(fresh) > WINDOW:
-            spilled: deque[Message] = deque()
-            while len(fresh) > WINDOW:
-                spilled.appendleft(fresh.pop())
-            spilled.extend(state.tail)
-            state.tail = spilled
+            # the window's messages move to a new deque; the rest, however many, stays where it is
+            window: deque[Message] = deque()
+            take = fresh.popleft
+            for _ in range(WINDOW):
+                window.append(take())
+            fresh.extend(state.tail)
+            state.tail = fresh
+            self._fresh = window
         self._page_out()
 
     def _page_out(self) -> None:
@@ -318,7 +323,8 @@ class PagedQueue(Queue):
         if not durable or self._deleted:
             return                              # a commit failed: the next arrivals try again
         tail, segments = state.tail, state.segments
-        count = min(target - state.tail_base, len(tail))
+        # at most SPILL_CHUNK per turn of the event loop (the reader calls back on a later one)
+        count = min(target - state.tail_base, len(tail), SPILL_CHUNK)
         if count > 0:
             append, take = segments.append, tail.popleft
             for _ in range(count):

@@ -101,17 +101,21 @@ def test_a_lazy_queue_pages_after_commit_and_delivers_everything_read_back(tmp_p
     queue = ns.declare_queue("q", durable=True, arguments={"x-queue-mode": "lazy"})[0]
     count = 3 * PAGE_CHUNK + 100
 
+    paged: list[int] = []
+
     async def main() -> list[QueueEntry]:
         journal.attach_loop(asyncio.get_running_loop())
         for index in range(count):
             queue.enqueue(make(index))
-        await wait_until_async(lambda: queue.paged_count == 3 * PAGE_CHUNK, 60, what="paged out")
+        # committed, then paged by whole chunks: fewer than a chunk stays in memory
+        await wait_until_async(lambda: queue.paged_count > count - PAGE_CHUNK, 60, what="paged out")
         assert queue.message_count == count and type(queue) is PagedQueue
+        paged.append(queue.paged_count)
         return await consume(queue, count)
 
     entries = asyncio.run(main())
     check(entries, count)
-    assert journal.page_reader.reads >= 3 and journal.page_reader.messages_read == 3 * PAGE_CHUNK
+    assert journal.page_reader.reads >= 3 and journal.page_reader.messages_read == paged[0]
     assert queue.message_count == 0 and queue.paged_count == 0
     journal.close()
 

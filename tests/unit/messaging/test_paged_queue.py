@@ -342,6 +342,15 @@ def test_the_broker_flows_to_disk_above_the_threshold_and_stops_below(caplog: py
     assert type(queue) is Queue and queue.paged_count == 0
 
 
+def test_the_memory_alarm_does_not_count_paged_messages() -> None:
+    from broker.resource_alarms import MESSAGE_OVERHEAD, held_bytes
+
+    _, journal, queue = setup({"x-queue-mode": "lazy"})
+    publish(journal, queue, PAGE_CHUNK + 1)
+    assert held_bytes([queue], []) == len(b"body-%d" % PAGE_CHUNK) + MESSAGE_OVERHEAD   # the tail's one
+    assert memory_held([queue]) == held_bytes([queue], [])
+
+
 def test_threshold_values() -> None:
     assert threshold_from(None, 1000) == 750 and threshold_from(" ", 1000) == 750
     assert threshold_from("12345", 1000) == 12345 and threshold_from("0", 1000) == 0
