@@ -55,7 +55,11 @@ def small_threshold() -> Iterator[DeltaMQProcess]:
 
 
 def queue_attributes(proc: DeltaMQProcess, name: str) -> dict[str, Any]:
-    request = urllib.request.Request(f"http://127.0.0.1:{proc.http_port}/api/latest/queue/default/default/{name}")
+    return rest(proc, f"queue/default/default/{name}")
+
+
+def rest(proc: DeltaMQProcess, path: str) -> dict[str, Any]:
+    request = urllib.request.Request(f"http://127.0.0.1:{proc.http_port}/api/latest/{path}")
     request.add_header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")          # guest:guest
     with urllib.request.urlopen(request, timeout=10) as reply:
         found = json.load(reply)
@@ -121,6 +125,7 @@ def test_a_backlog_past_the_threshold_is_paged_and_consumed_in_order(small_thres
     assert statistic(attributes, "queueDepthMessages") == COUNT
     assert statistic(attributes, "messageBytesPagedOut") >= (COUNT // 2) * BODY
     assert "flow to disk started" in proc.log_tail(200_000)
+    assert rest(proc, "broker")["statistics"]["flowingToDisk"] is True
     check_in_order(consume_all(proc, "backlog"))
     attributes = queue_attributes(proc, "backlog")
     assert statistic(attributes, "queueDepthMessages") == 0 and statistic(attributes, "messagesPagedOut") == 0
