@@ -26,14 +26,24 @@ least work a read can do:
 * **decoded pages kept**: a decoded row group (a *page*) is kept in a cache
   bounded by bytes (``cache_bytes``, default :data:`DEFAULT_CACHE_BYTES`;
   least recently used pages go first), so the many reads that walk one row
-  group decode it once.  A read looks in the kept pages first and matches
-  all its ids against a page at once (numpy), and makes the messages of a
-  run with one slice of each column;
+  group decode it once.  A read looks in the kept pages first (found by
+  their lowest id), matches all its ids against a page at once (numpy),
+  and makes the messages of a run with one slice of each column; a page's
+  repeated values (exchange, routing key, format tag, native bytes) are
+  Python objects made once per page and shared by its messages;
 * **refreshing only when needed**: the index is brought up to date (the new
   commits only) when a read asks for ids beyond it, when ids are not found
   in it, or when one of its files is gone (compaction rewrote it and vacuum
-  removed it); then the read is tried again, once.  Pages of files removed
-  since stay valid: rows never change, compaction only moves them.
+  removed it); then the read is tried again (twice at most).  Pages of
+  files removed since stay valid: rows never change, compaction only moves
+  them.  A reader whose next commits were cleaned up from the log (it was
+  idle past the log retention) starts again from the last checkpoint.
+
+Measured (``python -m bench.page_reads``, 1,000,000 messages of 1 KB, runs
+of 1,000 consecutive ids, a 2-core machine at load average ~8): 5.6 us of
+CPU per message read back from the writer's files (2,000 messages each),
+4.4 us from compacted files; :class:`~lakehouse.queue_reads.JournalReader`
+took 11.4 and 16.6 us (and hands back Arrow, not Python objects).
 
 Rows of every schema are read: ``message_format`` null (schema 1) is
 ``amqp-0-9-1`` and ``native`` null is ``properties_raw``
