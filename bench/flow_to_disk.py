@@ -89,6 +89,8 @@ class RssSampler(threading.Thread):
         self.phase = "start"
         #: phase -> [(own RSS, tree RSS)]
         self.samples: dict[str, list[tuple[int, int]]] = {}
+        #: the peak RSS of each process of the tree, by what it runs
+        self.by_process: dict[str, int] = {}
         self._stop_event = threading.Event()
 
     def run(self) -> None:
@@ -98,7 +100,11 @@ class RssSampler(threading.Thread):
             if tick % 20 == 0:                  # the tree changes rarely: list it every 5 s
                 kids = procutil.tree(self.pid)
             own = procutil.rss_bytes(self.pid)
-            total = sum(procutil.rss_bytes(p) for p in kids)
+            sizes = {p: procutil.rss_bytes(p) for p in kids}
+            total = sum(sizes.values())
+            for p, size in sizes.items():
+                name = process_name(p)
+                self.by_process[name] = max(self.by_process.get(name, 0), size)
             self.samples.setdefault(self.phase, []).append((own, total))
             tick += 1
             self._stop_event.wait(self.every)
@@ -114,6 +120,14 @@ class RssSampler(threading.Thread):
     def last(self, phase: str, tree: bool = False) -> int | None:
         values = self.samples.get(phase, [])
         return values[-1][1 if tree else 0] if values else None
+
+
+def process_name(pid: int) -> str:
+    """What a process runs: its module (``-m lakehouse.journal_writer``) or its command."""
+    words = procutil.cmdline(pid)
+    if "-m" in words[:-1]:
+        return words[words.index("-m") + 1]
+    return procutil.comm(pid) or str(pid)
 
 
 def bodies(size: int) -> list[bytes]:
@@ -252,6 +266,7 @@ def run_broker(name: str, broker: Any, a: argparse.Namespace) -> dict:
     for phase in ("publish", "rest", "consume"):
         out[f"rss_{phase}_peak"] = sampler.peak(phase)
         out[f"rss_{phase}_peak_tree"] = sampler.peak(phase, tree=True)
+    out["rss_peak_by_process"] = dict(sampler.by_process)
     out["rss_rest"] = sampler.last("rest")
     out["rss_rest_tree"] = sampler.last("rest", tree=True)
     return out
@@ -287,6 +302,11 @@ def report(results: dict, out_dir: Path, a: argparse.Namespace) -> None:
               f"DeltaMQ -D {THRESHOLD_VARIABLE}={a.threshold}; publish window {a.window}; consumer prefetch"
               f" {a.prefetch}, ack every {a.ack_every}; rest {a.rest:.0f} s"]
     notes = [f"{label}: {info['error']}" for label, info in (("DeltaMQ", d), ("RabbitMQ", r)) if "error" in info]
+    for label, info in (("DeltaMQ", d), ("RabbitMQ", r)):
+        peaks = info.get("rss_peak_by_process") or {}
+        if len(peaks) > 1:
+            notes.append(f"{label}'s processes, peak RSS: " + ", ".join(
+                f"{name} {size / MIB:,.0f} MiB" for name, size in sorted(peaks.items(), key=lambda kv: -kv[1])))
     notes.append("ratio = DeltaMQ / RabbitMQ; RSS of the broker process (DeltaMQ: deltamq serve; RabbitMQ:"
                  " beam.smp) and of its process tree (DeltaMQ's journal writer and upkeep processes)")
     write_report(results, out_dir, title="Flow to disk", header=header,
