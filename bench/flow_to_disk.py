@@ -22,8 +22,8 @@ starts it in a fresh data directory:
 
 Throughout, the broker's resident memory is sampled every 0.25 s: the
 broker's own process (DeltaMQ's ``deltamq serve``, RabbitMQ's ``beam.smp``)
-and its whole process tree (DeltaMQ's journal writer and upkeep processes
-included).  Reported per broker: confirmed publish rate; RSS peak while
+and its whole process tree (DeltaMQ's journal writer, journal upkeep and
+configuration writer processes included; each one's peak is in the notes).  Reported per broker: confirmed publish rate; RSS peak while
 publishing, at rest (the last sample of step 3) and peak while consuming;
 delivery rate from disk (msg/s, MB/s of bodies) from the consume request to
 the last delivery, and the time to the first one; the broker tree's CPU per
@@ -308,7 +308,8 @@ def report(results: dict, out_dir: Path, a: argparse.Namespace) -> None:
             notes.append(f"{label}'s processes, peak RSS: " + ", ".join(
                 f"{name} {size / MIB:,.0f} MiB" for name, size in sorted(peaks.items(), key=lambda kv: -kv[1])))
     notes.append("ratio = DeltaMQ / RabbitMQ; RSS of the broker process (DeltaMQ: deltamq serve; RabbitMQ:"
-                 " beam.smp) and of its process tree (DeltaMQ's journal writer and upkeep processes)")
+                 " beam.smp) and of its process tree (DeltaMQ's journal writer, journal upkeep and"
+                 " configuration writer processes; their peaks are listed above)")
     write_report(results, out_dir, title="Flow to disk", header=header,
                  table=(["figure", "DeltaMQ", "RabbitMQ", "ratio"], rows), cpu_title="", cpu=([], []),
                  notes=notes, right=lambda i, _h: i > 0, prefix="flow-to-disk", latest="flow-to-disk-latest")
