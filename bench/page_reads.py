@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-commit", type=int, default=2000, help="messages per group commit (default 2000)")
     ap.add_argument("--body", type=int, default=1024)
     ap.add_argument("--run", type=int, default=1000, help="consecutive ids per read (default 1000)")
-    ap.add_argument("--cache-mib", type=int, default=64)
+    ap.add_argument("--cache-mib", type=int, default=32)
     ap.add_argument("--sql-runs", type=int, default=20)
     ap.add_argument("--no-compact", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the journal written")
