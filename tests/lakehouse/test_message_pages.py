@@ -295,10 +295,12 @@ def test_rows_of_schema_1_read_their_native_bytes_from_properties_raw(tmp_path: 
     new = message_1_0(7)
     ns.declare_queue("extra", durable=True)[0].enqueue(new)
     journal.close()
-    table = AppendOnlyTable(path, JOURNAL_SCHEMA, name="journal")
-    # one file of both schemas' rows: the old ones with null message_format and native
-    assert table.compact_remote(1 << 30) == 2
+    table = AppendOnlyTable(path, JOURNAL_SCHEMA, name="journal", stats_column="message_id")
+    table.open()
+    # the upkeep's compaction: one file of both schemas' rows, the old ones with null message_format and native
+    assert TableMaintenance(table, compact_min_files=2).compact() == 2
     table.vacuum_remote(0)
+    table.close()
     assert len(data_files(path)) == 1
     got = MessagePages(path).read([*ids, new.journal_id])
     assert without_time(got) == [*as_written, *expected([new])]
