@@ -9,6 +9,7 @@ against :class:`~lakehouse.queue_reads.JournalReader` (DataFusion SQL).
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -294,11 +295,37 @@ def test_rows_of_schema_1_read_their_native_bytes_from_properties_raw(tmp_path: 
     new = message_1_0(7)
     ns.declare_queue("extra", durable=True)[0].enqueue(new)
     journal.close()
-    table = AppendOnlyTable(path, JOURNAL_SCHEMA, name="journal")
-    # one file of both schemas' rows: the old ones with null message_format and native
-    assert table.compact_remote(1 << 30) == 2
+    table = AppendOnlyTable(path, JOURNAL_SCHEMA, name="journal", stats_column="message_id")
+    table.open()
+    # the upkeep's compaction: one file of both schemas' rows, the old ones with null message_format and native
+    assert TableMaintenance(table, compact_min_files=2).compact() == 2
     table.vacuum_remote(0)
+    table.close()
     assert len(data_files(path)) == 1
     got = MessagePages(path).read([*ids, new.journal_id])
     assert without_time(got) == [*as_written, *expected([new])]
     assert plain(got) == rounded(as_journal_reader_reads(path, [*ids, new.journal_id]))
+
+
+def test_two_threads_reading_at_once_each_get_their_messages(tmp_path: Path) -> None:
+    path = tmp_path / "journal"
+    sent, journal, _ = write_journal(path, 6, 10)
+    journal.close()
+    pages = MessagePages(path, cache_bytes=0)            # every read decodes: the threads meet in the files
+    results: dict[int, list[tuple[Any, ...]]] = {}
+
+    def reader(number: int) -> None:
+        got: list[StoredMessage] = []
+        for _ in range(5):
+            got = []
+            for start in range(number, 60, 8):           # thread 0: ids 1-4, 9-12, ...; thread 1: 5-8, ...
+                got += pages.read([m.journal_id for m in sent[start:start + 4]])
+        results[number] = without_time(got)
+
+    threads = [threading.Thread(target=reader, args=(n,)) for n in (0, 4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for n in (0, 4):
+        assert results[n] == expected([m for start in range(n, 60, 8) for m in sent[start:start + 4]])
