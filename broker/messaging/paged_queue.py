@@ -29,8 +29,9 @@ memory.  A purge journals the paged ids by ranges without reading them; a
 what they drop never page); TTL is checked when a message is read back
 (a paged message expires when it reaches the window, as RabbitMQ's classic
 queues expire paged messages).  Browsing and management's message listing see
-the messages in memory at the head; basic.get, consumers (selectors too) and
-lease consumers see everything.
+the messages in memory at the head (they read the next window back only when
+none is in memory, so looking never makes a queue hold more); basic.get,
+consumers (selectors too) and lease consumers see everything.
 
 A queue no longer flowing to disk (and not lazy) becomes a plain
 :class:`~broker.messaging.queue.Queue` again once its segments are read back.
@@ -93,7 +94,7 @@ class PageState:
     """The paging state of one queue (its ``_pages``)."""
 
     __slots__ = ("reader", "policy", "lazy", "segments", "tail", "tail_base", "batch", "reading", "epoch",
-                 "awaiting", "in_call", "wait", "failing")
+                 "awaiting", "in_call", "wait", "failing", "looking")
 
     def __init__(self, reader: PageReader, policy: FlowToDisk | None, lazy: bool) -> None:
         self.reader = reader
@@ -112,6 +113,8 @@ class PageState:
         self.in_call = False
         self.wait: PageWait | None = None
         self.failing = False
+        #: management or a browser looks at the head: no read-ahead meanwhile
+        self.looking = False
 
     @property
     def wanted(self) -> bool:
@@ -189,6 +192,32 @@ class PagedQueue(Queue):
         self._ready += len(ids)
         self._ready_bytes += sum(sizes)
 
+    def browse(self, select: Callable[[QueueEntry], bool] | None = None,
+               limit: int | None = None) -> list[QueueEntry]:
+        """As :meth:`Queue.browse`, over the messages in memory at the head (see the module).
+
+        Only when nothing is in memory at the head is the next window read back
+        (without an event loop: at once); a browse never makes a queue hold more.
+        """
+        state = self._pages
+        if not self._fresh and not self._returned and state.batch is None and state.segments:
+            self._page_in()
+        state.looking = True
+        try:
+            return super().browse(select, limit)
+        finally:
+            state.looking = False
+
+    def remove_ready(self, select: Callable[[QueueEntry], bool],
+                     limit: int | None = None) -> list[QueueEntry]:
+        """As :meth:`Queue.remove_ready`, over the messages in memory at the head."""
+        state = self._pages
+        state.looking = True
+        try:
+            return super().remove_ready(select, limit)
+        finally:
+            state.looking = False
+
     # -- storage ---------------------------------------------------------------------
 
     def _store(self, message: Message) -> None:
@@ -203,7 +232,8 @@ class PagedQueue(Queue):
             return heappop(returned)
         fresh = self._fresh
         state = self._pages
-        if len(fresh) < WINDOW and (state.segments or state.batch is not None) and not state.reading:
+        if (len(fresh) < WINDOW and (state.segments or state.batch is not None) and not state.reading
+                and not state.looking):
             self._page_in()
         if not fresh:
             if state.segments or state.batch is not None or not state.tail:

@@ -281,6 +281,21 @@ def test_a_failing_read_is_tried_again_and_delivers_nothing_meanwhile(caplog: py
     assert len(consumer.entries) == PAGE_CHUNK
 
 
+def test_browsing_sees_the_window_and_never_reads_more() -> None:
+    _, journal, queue = setup({"x-queue-mode": "lazy"})
+    publish(journal, queue, 3 * WINDOW)
+    assert queue.browse() == [] and len(journal.page_reader.pending) == 1     # nothing in memory: one window
+    journal.page_reader.finish()
+    for _ in range(3):                                   # looking again reads nothing more
+        assert [e.message.body for e in queue.browse()] == [b"body-%d" % i for i in range(WINDOW)]
+    assert journal.page_reader.pending == [] and len(journal.page_reader.reads) == 1
+    removed = queue.remove_ready(lambda e: e.message.body == b"body-5")
+    assert [e.message.body for e in removed] == [b"body-5"] and queue.message_count == 3 * WINDOW - 1
+    assert journal.page_reader.pending == []
+    bodies = consume_all(queue, journal)                 # consumers see everything, in order
+    assert bodies == [b"body-%d" % i for i in range(3 * WINDOW) if i != 5]
+
+
 def test_without_an_event_loop_reads_are_answered_at_once() -> None:
     _, journal, queue = setup({"x-queue-mode": "lazy"})
     publish(journal, queue, 2 * PAGE_CHUNK)
