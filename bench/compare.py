@@ -5,12 +5,14 @@
     python -m bench.compare --suite durable [options of python -m bench.durable]
     python -m bench.compare --suite all     [--quick] [--only ...]
     python -m bench.compare --suite amqp1   [options of python -m bench.amqp1_0]
+    python -m bench.compare --suite flow    [options of python -m bench.flow_to_disk]
 
 --suite throughput (the default) runs the workloads below; --suite durable runs
 the persistent-message suite of bench/durable.py (D1-D4: durable queues,
 publisher confirms, Spark visibility, recovery) instead; --suite all runs both,
 one after the other (options common to both apply to both); --suite amqp1 runs the
-AMQP 1.0 suite of bench/amqp1_0.py (DeltaMQ vs Broker-J vs RabbitMQ's 1.0 plugin).
+AMQP 1.0 suite of bench/amqp1_0.py (DeltaMQ vs Broker-J vs RabbitMQ's 1.0 plugin); --suite flow
+the flow-to-disk benchmark of bench/flow_to_disk.py (a 10M-message backlog: RSS, delivery from disk).
 
 Starts each broker in turn (a private RabbitMQ node from Debian's
 rabbitmq-server, installed on demand; DeltaMQ via `.venv/bin/deltamq serve`),
@@ -32,7 +34,7 @@ from .suite import (add_broker_arguments, attempt, run_each_broker, broker_line,
 from .workloads import TITLES, Options, build, client_uses_uvloop, run, run_memory
 
 BROKERS = ("deltamq", "rabbitmq")
-SUITES = ("throughput", "durable", "all", "amqp1")
+SUITES = ("throughput", "durable", "all", "amqp1", "flow")
 TARGET_RATIO = 0.5
 TARGET_P99_MS = 10.0
 TARGET_OVERHEAD_B = 300
@@ -346,6 +348,9 @@ def main(argv=None) -> int:
     if suite == "amqp1":
         from . import amqp1_0
         return amqp1_0.main(rest)
+    if suite == "flow":
+        from . import flow_to_disk
+        return flow_to_disk.main(rest)
     if suite == "all" and "-h" not in rest and "--help" not in rest:
         from . import durable
         rc = main_throughput(rest)

@@ -4,8 +4,8 @@ RabbitMQ's two alarms, checked together once a second (:data:`CHECK_INTERVAL`):
 
 * **memory**: the bytes the broker holds for others -- the bodies of the
   messages its queues hold (ready and delivered-but-unsettled, counted once
-  per queue, as Broker-J's queue depth in bytes), :data:`MESSAGE_OVERHEAD`
-  for each such message, and what the connections buffer (unsent output,
+  per queue, as Broker-J's queue depth in bytes; messages paged out to disk
+  are not counted), :data:`MESSAGE_OVERHEAD` for each such message, and what the connections buffer (unsent output,
   input not yet parsed) -- against the broker's ``memoryHighWatermark``.
   The process's resident size is reported beside it but not used: the
   allocator keeps freed memory, so RSS does not fall when queues drain and
@@ -172,8 +172,10 @@ def held_bytes(queues: Iterable[HeldQueue], registries: Iterable[BlockableConnec
     """The memory the alarm accounts: queued and unsettled messages, connection buffers."""
     total = 0
     for queue in queues:
-        total += (queue.message_bytes + queue.unacked_bytes
-                  + (queue.message_count + queue.unacked_count) * MESSAGE_OVERHEAD)
+        # messages paged out to disk (flow to disk) hold no memory: not counted
+        paged = getattr(queue, "paged_count", 0)
+        total += (queue.message_bytes + queue.unacked_bytes - getattr(queue, "paged_bytes", 0)
+                  + (queue.message_count + queue.unacked_count - paged) * MESSAGE_OVERHEAD)
     for registry in registries:
         total += registry.buffered_bytes
     return total

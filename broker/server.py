@@ -34,6 +34,7 @@ from anyio.abc import TaskGroup
 
 from broker import __version__, data_directory, errors
 from broker.listeners import Listeners, ManagementPlugin
+from broker.messaging.flow_to_disk import THRESHOLD_VARIABLE, FlowToDisk, threshold_from
 from broker.protocol.detect import AmqpVersion
 from broker.protocol.engine import ENGINES, Engine
 from broker.resource_alarms import CHECK_INTERVAL, ResourceAlarms
@@ -230,10 +231,26 @@ async def _drive_virtual_hosts(broker: Any) -> None:
 
 
 async def _watch_resources(broker: Any, alarms: ResourceAlarms) -> None:
+    flow = broker.flow_to_disk = FlowToDisk()
     while True:
         alarms.set_limits(int(broker.memory_high_watermark), int(broker.disk_free_limit))
         alarms.check()
+        flow.threshold = _flow_to_disk_threshold(broker)
+        flow.check(alarms.queues())  # type: ignore[arg-type]   # every queue of every virtual host
         await anyio.sleep(CHECK_INTERVAL)
+
+
+def _flow_to_disk_threshold(broker: Any) -> int:
+    """``broker.flowToDiskThreshold`` as configured now (an unusable value: the default, said once)."""
+    watermark = int(broker.memory_high_watermark)
+    text = broker._lookup(THRESHOLD_VARIABLE)
+    try:
+        return threshold_from(broker.resolve(text) if text else None, watermark)
+    except (ValueError, errors.BrokerError) as exc:
+        if getattr(broker, "_flow_to_disk_warned", None) != text:
+            broker._flow_to_disk_warned = text
+            log.error("%s; using the default", exc)
+        return threshold_from(None, watermark)
 
 
 def _resource_alarms(broker: Any, data_dir: str | None) -> ResourceAlarms:

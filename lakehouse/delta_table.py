@@ -78,7 +78,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
@@ -574,6 +574,11 @@ class AppendOnlyTable:
         reader = QueryBuilder().register("t", table).execute(sql)
         result = pa.table(reader.read_all())
         return result if result.num_columns else self.schema.empty_table()
+
+    def read_batches(self, sql: str) -> Iterator[pa.RecordBatch]:
+        """As :meth:`read`, batch by batch: a large result is never held whole."""
+        for batch in QueryBuilder().register("t", self.delta_table()).execute(sql):
+            yield pa.record_batch(batch)
 
     def _fsync_commit(self, version: int) -> None:
         log_dir = self.path / "_delta_log"

@@ -131,6 +131,13 @@ class FollowedTable:
         except Exception as exc:        # DataFusion's and the object store's errors, of many classes
             raise TableReadFailed(f"{self.uri}: {exc}") from exc
 
+    def add_actions(self) -> pa.Table:
+        """The kept version's live data files: ``path`` and their statistics flattened (``min.<column>``, ...)."""
+        if self._handle is None:
+            self.refresh()
+        assert self._handle is not None
+        return pa.table(self._handle.get_add_actions(flatten=True))
+
 
 # -- reading any Delta table: what the journal's snapshots need ---------------------------------
 

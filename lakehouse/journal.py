@@ -91,13 +91,14 @@ import pyarrow.compute as pc
 from broker.data_directory import inherited_descriptors
 from broker.messaging.journal import DROPPED
 from broker.messaging.journal_figures import JournalFigures
-from broker.messaging.message import Message, MessageProperties
-from broker.messaging.message_format import MessageFormat, format_for
+from broker.messaging.message import Message
 
 from .delta_table import add_missing_columns, is_uri
 from .journal_writer import (ERROR_LENGTH, REPLY, REQUEST, PlainRow, RowEncoder, journal_sql, journal_table,
                              read_watermark)
 from .journal_schema import DELIVER, ENQUEUE, QUEUE_DELETED, REQUEUE, SETTLE, TRANSIENT, upgrade_note
+from .page_reads import JournalPageReader, MessageRebuilder
+from .paged_recovery import recover_paged, wants_paged_recovery
 from .producer_rows import producer_row, read_producer_sequences
 from .replay import JournalHistory
 from .snapshot import LIVE_MESSAGES_SQL, UnusableSnapshot, recover_live
@@ -114,7 +115,6 @@ log = logging.getLogger(__name__)
 Row = tuple[str, str, int, float, "int | None", "int | None", "str | None", "str | None", "Message | None",
             "int | None"]
 
-_CACHE_LIMIT = 10_000
 _PIPE_SIZE = 1 << 20
 
 #: rows of messages that ended this long ago (hours) are removed from the journal
@@ -202,6 +202,10 @@ class DeltaMessageJournal:
         self.figures = JournalFigures()        # latency, group sizes, bytes: for management
         #: each exactly-once producer's highest committed sequence, as read by :meth:`open`
         self.producer_sequences: dict[str, int] = {}
+        #: flow to disk: paged queues wait for commits and read messages back through it
+        self.page_reader = JournalPageReader(self)
+        #: broker.flowToDiskThreshold (bytes; 0: off): recovery pages a backlog larger than this
+        self.page_threshold = 0
 
     # -- lifetime ------------------------------------------------------------------
 
@@ -274,6 +278,7 @@ class DeltaMessageJournal:
                 writer.wait()
             writer.stdout.close()
             self.table.open()                   # the writer moved the table on: catch up
+        self.page_reader.close()
         self._loop = None
         group = self._group
         if group or self._kept:
@@ -632,6 +637,8 @@ class DeltaMessageJournal:
     def recover(self, namespace: Namespace) -> int:
         """Put every live message back in its queue; the number of messages restored."""
         namespace.producers.restore(self.producer_sequences)   # exactly-once producers
+        if wants_paged_recovery(self, namespace):               # flow to disk: bodies stay on disk
+            return recover_paged(self, namespace)
         started = time.perf_counter()
         live = self.live_messages()
         total = live.num_rows
@@ -639,9 +646,7 @@ class DeltaMessageJournal:
             log.info("journal %s: recovering %d messages", self.vhost, total)
         queues = namespace.queues
         missing: set[str] = set()
-        properties_cache: dict[tuple[str, bytes], MessageProperties] = {}
-        formats: dict[str, MessageFormat] = {}
-        mono_offset = time.monotonic() - time.time()
+        rebuild = MessageRebuilder().build
         restored = 0
         previous_id = 0
         previous: Message | None = None
@@ -662,22 +667,9 @@ class DeltaMessageJournal:
                     continue
                 message_id = ids[index]
                 if message_id != previous_id or previous is None:
-                    raw = raws[index]
-                    tag = tags[index]
-                    fmt = formats.get(tag)
-                    if fmt is None:
-                        fmt = formats[tag] = format_for(tag)
-                    properties = properties_cache.get((tag, raw))
-                    if properties is None:
-                        properties = fmt.decode(raw)
-                        if len(properties_cache) >= _CACHE_LIMIT:
-                            properties_cache.clear()
-                        properties_cache[(tag, raw)] = properties
-                    previous = Message(exchange=exchanges[index], routing_key=keys[index],
-                                       body=bodies[index], properties=properties,
-                                       native=raw, format=fmt,
-                                       arrival=published[index] + mono_offset)
-                    previous.journal_id = previous_id = message_id
+                    previous = rebuild(message_id, exchanges[index], keys[index], published[index], tags[index],
+                                       raws[index], bodies[index])
+                    previous_id = message_id
                 if not previous.persistent:     # journaled only for a lease consumer's grant
                     self._add((SETTLE, name, message_id, time.time(), None, deliveries[index],
                                DROPPED, TRANSIENT, None, None))

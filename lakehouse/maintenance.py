@@ -246,8 +246,7 @@ class TableMaintenance:
         if len(chosen) < 2:
             return 0
         path = self.table.path
-        rows = pa.concat_tables(pq.ParquetFile(path / unquote(name)).read(use_threads=False)
-                                .cast(self.table.schema) for name, _ in chosen)
+        rows = pa.concat_tables(_read_as(path / unquote(name), self.table.schema) for name, _ in chosen)
         new_name = f"part-{uuid.uuid4()}-c000.zstd.parquet"
         write_synced(rows, path / new_name, compression="zstd")
         now_ms = int(time.time() * 1000)
@@ -324,6 +323,16 @@ class TableMaintenance:
         for path in gone:
             del state.removed_at[path]
         return deleted
+
+
+def _read_as(path: Path, schema: pa.Schema) -> pa.Table:
+    """A data file's rows in ``schema``: the columns a later schema added (a metadata-only
+    ADD COLUMN) are null in the rows of files written before."""
+    rows = pq.ParquetFile(path).read(use_threads=False)
+    for field in schema:
+        if field.name not in rows.column_names:
+            rows = rows.append_column(field.name, pa.nulls(rows.num_rows, field.type))
+    return rows.select(schema.names).cast(schema)
 
 
 def prune_checksum_files(log_dir: Path) -> int:

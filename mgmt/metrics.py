@@ -101,6 +101,9 @@ NAMES: dict[tuple[str, str], Name | None] = {
     ("Queue", "queueDepthMessages"): Name("deltamq_queue_messages_ready"),
     ("Queue", "queueDepthBytes"): Name("deltamq_queue_messages_ready_bytes"),
     ("Queue", "unacknowledgedMessages"): Name("deltamq_queue_messages_unacked"),
+    ("Broker", "flowingToDisk"): Name("deltamq_flowing_to_disk"),                        # flow to disk
+    ("Queue", "messagesPagedOut"): Name("deltamq_queue_messages_paged_out"),
+    ("Queue", "messageBytesPagedOut"): Name("deltamq_queue_message_bytes_paged_out"),
     ("Queue", "consumerCount"): Name("deltamq_queue_consumers"),
     ("Queue", "messagesIn"): Name("deltamq_queue_messages_published"),
     ("Queue", "bytesIn"): Name("deltamq_queue_published_bytes"),

@@ -70,7 +70,7 @@ QUEUE_ARGUMENTS: Final = frozenset({
     "maximumQueueDepthMessages", "x-max-length-bytes", "qpid.max_size", "maximumQueueDepthBytes",
     "x-overflow", "qpid.policy_type", "overflowPolicy", "x-dead-letter-exchange", "alternateExchange",
     "x-dead-letter-routing-key", "x-delivery-limit", "x-qpid-maximum-delivery-count",
-    "maximumDeliveryAttempts", "x-message-ttl", "x-expires", "x-single-active-consumer"})
+    "maximumDeliveryAttempts", "x-message-ttl", "x-expires", "x-single-active-consumer", "x-queue-mode"})
 #: Every exchange argument the broker reads.
 EXCHANGE_ARGUMENTS: Final = frozenset({RABBITMQ_ALTERNATE_EXCHANGE, *QPID_ALTERNATE_EXCHANGES})
 
@@ -114,6 +114,9 @@ class QueueSettings:
     #: redeliveries allowed: a message released after more than this many
     #: deliveries is dead-lettered (reason ``delivery_limit``) or dropped
     delivery_limit: int | None = None
+    #: RabbitMQ's ``x-queue-mode: lazy``: persistent messages are paged out of memory
+    #: as soon as they are durable (:mod:`broker.messaging.paged_queue`)
+    lazy: bool = False
 
     @property
     def limited(self) -> bool:
@@ -306,6 +309,10 @@ def queue_settings(arguments: dict[str, Any] | None, queue: str = "", vhost: str
         attempts = read.integer("x-qpid-maximum-delivery-count", "maximumDeliveryAttempts", lenient=True)
         delivery_limit = attempts - 1 if attempts else None
 
+    mode = read.string("x-queue-mode")
+    if mode is not None and mode not in ("default", "lazy"):
+        raise read.fail("x-queue-mode", f"{{unacceptable_value,{mode}}}")
+
     return QueueSettings(
         kind=kind, priority_levels=levels, priority_offset=offset, lvq_key=lvq_key,
         sort_key=sort_key, message_ttl=read.integer("x-message-ttl"),
@@ -313,7 +320,7 @@ def queue_settings(arguments: dict[str, Any] | None, queue: str = "", vhost: str
         max_length_bytes=max_bytes, overflow=overflow, dead_letter_exchange=dlx,
         dead_letter_routing_key=dlrk,
         single_active_consumer=bool(read.boolean("x-single-active-consumer")),
-        delivery_limit=delivery_limit)
+        delivery_limit=delivery_limit, lazy=mode == "lazy")
 
 
 _DEFAULT_SETTINGS: Final = QueueSettings()

@@ -46,6 +46,7 @@ from broker.messaging.arguments import (
 from broker.messaging.exchange import EXCHANGE_TYPES, Binding, DirectExchange, Exchange
 from broker.messaging.flow_control import QueueFlowControl
 from broker.messaging.journal import MessageJournal
+from broker.messaging.paged_queue import start_paging
 from broker.messaging.last_value_queue import LastValueQueue
 from broker.messaging.leases import Leases
 from broker.messaging.link_registry import LinkRegistry
@@ -89,9 +90,12 @@ def create_queue(name: str, *, vhost: str = "", durable: bool = False, auto_dele
     """A queue of the kind its ``arguments`` ask for (standard, priority, last-value, sorted)."""
     settings = queue_settings(arguments, name, vhost)
     cls = _QUEUE_CLASSES[settings.kind]
-    return cls(name, vhost=vhost, durable=durable, auto_delete=auto_delete,
-               exclusive_owner=exclusive_owner, arguments=arguments, settings=settings,
-               clock=clock, host=host, journal=journal)
+    queue = cls(name, vhost=vhost, durable=durable, auto_delete=auto_delete,
+                exclusive_owner=exclusive_owner, arguments=arguments, settings=settings,
+                clock=clock, host=host, journal=journal)
+    if settings.lazy:                      # x-queue-mode lazy: pages when it can (flow to disk)
+        start_paging(queue, lazy=True)
+    return queue
 
 
 class NamespaceListener(Protocol):

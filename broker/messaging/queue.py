@@ -54,6 +54,7 @@ from broker.messaging.records import to_json_value
 
 if TYPE_CHECKING:
     from broker.messaging.exchange import Binding
+    from broker.messaging.paged_queue import PageState
 
 __all__ = ["Queue", "QueueEntry", "enqueue_all", "Consumer", "QueueHost", "AVAILABLE", "ACQUIRED", "SETTLED"]
 
@@ -69,7 +70,7 @@ class Queue(ConsumerDispatch, ArrivalHold, RunTaking):
         "_prioritised", "_priority_cursor", "_filtered",
         "_sac", "_ready", "_ready_bytes", "_unacked", "_unacked_bytes", "_dispatching",
         "_deleted", "_timed", "_ttl", "_limited", "_last_used", "_fresh", "_returned", "_taken",
-        "_arriving", "_awaited",
+        "_arriving", "_awaited", "_pages",
         "enqueued_messages", "enqueued_bytes", "delivered_messages", "delivered_bytes",
     )
 
@@ -116,6 +117,8 @@ class Queue(ConsumerDispatch, ArrivalHold, RunTaking):
         # arrivals held until the journal group they wait for is durable (None: durable at once)
         self._arriving: deque[tuple[Message, Durability | None]] = deque()
         self._awaited: Durability | None = None
+        # paged out of memory (flow to disk): see broker.messaging.paged_queue
+        self._pages: PageState | None = None
         # statistics for management: messages (and body bytes) accepted, and
         # delivered to consumers or basic.get (redeliveries count again)
         self.enqueued_messages = 0
@@ -146,6 +149,16 @@ class Queue(ConsumerDispatch, ArrivalHold, RunTaking):
     def unacked_bytes(self) -> int:
         """Body bytes of the messages delivered and not yet settled."""
         return self._unacked_bytes
+
+    @property
+    def paged_count(self) -> int:
+        """Ready messages paged out of memory (:mod:`broker.messaging.paged_queue`)."""
+        return 0
+
+    @property
+    def paged_bytes(self) -> int:
+        """Their body bytes."""
+        return 0
 
     @property
     def deleted(self) -> bool:

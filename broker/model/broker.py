@@ -19,6 +19,7 @@ from broker.security.throttle import LoginThrottle, ThrottleSettings
 from broker.transport.connection_limits import ConnectionLimits
 
 if TYPE_CHECKING:
+    from broker.messaging.flow_to_disk import FlowToDisk
     from broker.model.authentication import AuthenticationProvider
     from broker.model.port import Port, PortActivation
     from broker.model.virtualhost import VirtualHost, VirtualHostNode
@@ -77,6 +78,8 @@ class Broker(ConfiguredObject):
         self.port_activation: PortActivation | None = None
         #: the memory and disk alarms while the broker runs (None: not served)
         self.resource_alarms: ResourceAlarms | None = None
+        #: the flow-to-disk policy while the broker runs (None: not served)
+        self.flow_to_disk: FlowToDisk | None = None
         #: failed logins of every provider and port (settings from context on open)
         self.login_throttle = LoginThrottle()
         #: open connections per port and per user, and the refusals past their limits
@@ -141,6 +144,12 @@ class Broker(ConfiguredObject):
                          " memoryHighWatermark, until below 90% of it)")
     def memory_alarm(self) -> bool:
         return self.resource_alarms is not None and self.resource_alarms.memory.set
+
+    @derived(bool, statistic=True,
+             description="True while queues hold more than broker.flowToDiskThreshold in memory"
+                         " (until below 90% of it): persistent messages are paged out")
+    def flowing_to_disk(self) -> bool:
+        return self.flow_to_disk is not None and self.flow_to_disk.flowing
 
     @derived(int, statistic=True,
              description="Bytes free on the data directory's file system (-1: not known)")

@@ -272,6 +272,15 @@ class Queue(NamespaceObject):
     def queue_depth_bytes(self) -> int:
         return int(getattr(self.live, "message_bytes", 0))
 
+    @derived(int, statistic=True, description="Ready messages paged out of memory to the journal"
+                                               " (flow to disk; counted in queueDepthMessages)")
+    def messages_paged_out(self) -> int:
+        return int(getattr(self.live, "paged_count", 0))
+
+    @derived(int, statistic=True, description="Body bytes of the messages paged out of memory")
+    def message_bytes_paged_out(self) -> int:
+        return int(getattr(self.live, "paged_bytes", 0))
+
     @derived(int, statistic=True, description="Messages delivered and not yet acknowledged")
     def unacknowledged_messages(self) -> int:
         return int(getattr(self.live, "unacked_count", 0))

@@ -229,6 +229,7 @@ class VirtualHost(ConfiguredObject):
             self.journal = journal_factory(self.name)
             self.journal.open()
             namespace.journal = self.journal
+            self._flow_to_disk_threshold()
         if store is not None and hasattr(namespace, "listeners"):
             # durable exchanges, queues and bindings: back from the store, and
             # written through to it as clients declare and delete them
@@ -244,6 +245,17 @@ class VirtualHost(ConfiguredObject):
         if hasattr(namespace, "observers"):
             self._mirror = NamespaceMirror(self, namespace)
             self._mirror.attach()
+
+    def _flow_to_disk_threshold(self) -> None:
+        """broker.flowToDiskThreshold, for the journal's recovery (flow to disk pages a large backlog)."""
+        from broker.messaging.flow_to_disk import THRESHOLD_VARIABLE, threshold_from
+
+        text = self._lookup(THRESHOLD_VARIABLE)
+        try:
+            self.journal.page_threshold = threshold_from(
+                self.resolve(text) if text else None, int(getattr(self.root, "memory_high_watermark", 0)))
+        except ValueError as exc:
+            raise ConfigurationError(f"{self.label}: {exc}") from None
 
     def _terminus_timeout(self) -> int:
         from broker.messaging.link_registry import TIMEOUT_VARIABLE
