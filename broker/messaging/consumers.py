@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Iterator, cast
 
 from broker.errors import AccessRefused
+from broker.messaging.consumer_faults import ConsumerFailed, consumer_failed
 from broker.messaging.journal import ACKED, MessageJournal
 from broker.messaging.message import Message
 from broker.messaging.queue_entry import ACQUIRED, SETTLED, Consumer, QueueEntry, QueueHost
@@ -159,41 +160,49 @@ class ConsumerDispatch:
         consumers = self._consumers
         if not consumers or not self._ready or self._dispatching or self._deleted:
             return
-        selective = self._filtered
         passed: list[QueueEntry] = []     # entries no consumer with credit selects, put back at the end
         self._dispatching = True
         try:
-            now = self._clock() if self._timed else None
-            while self._ready and consumers and not self._deleted:
-                entry = self._take()
-                if entry is None:
+            while True:
+                try:
+                    self._deliver_ready(consumers, self._filtered, passed)
                     break
-                message = entry.message
-                self._ready -= 1
-                self._ready_bytes -= len(message.body)
-                if now is not None:
-                    expiry = self._expiry(message)
-                    if expiry is not None and expiry <= now:
-                        self._retire(entry, "expired")
-                        continue
-                if selective:
-                    outcome = self._offer_selective(entry, consumers)
-                    if outcome == DELIVERED:
-                        continue
-                    self._ready += 1
-                    self._ready_bytes += len(message.body)
-                    passed.append(entry)
-                    if outcome == _NO_CREDIT:
-                        break
-                elif not self._offer(entry, consumers):
-                    self._ready += 1
-                    self._ready_bytes += len(message.body)
-                    self._put_back(entry)
-                    break
+                except ConsumerFailed as failure:   # that consumer's fault: the others go on
+                    consumer_failed(cast("Queue", self), failure)
         finally:
             for entry in passed:
                 self._put_back(entry)
             self._dispatching = False
+
+    def _deliver_ready(self, consumers: list[Consumer], selective: bool, passed: list[QueueEntry]) -> None:
+        """The loop of :meth:`dispatch` (a consumer's failure leaves it as ConsumerFailed)."""
+        now = self._clock() if self._timed else None
+        while self._ready and consumers and not self._deleted:
+            entry = self._take()
+            if entry is None:
+                break
+            message = entry.message
+            self._ready -= 1
+            self._ready_bytes -= len(message.body)
+            if now is not None:
+                expiry = self._expiry(message)
+                if expiry is not None and expiry <= now:
+                    self._retire(entry, "expired")
+                    continue
+            if selective:
+                outcome = self._offer_selective(entry, consumers)
+                if outcome == DELIVERED:
+                    continue
+                self._ready += 1
+                self._ready_bytes += len(message.body)
+                passed.append(entry)
+                if outcome == _NO_CREDIT:
+                    break
+            elif not self._offer(entry, consumers):
+                self._ready += 1
+                self._ready_bytes += len(message.body)
+                self._put_back(entry)
+                break
 
     def _wanted(self, message: Message) -> bool:
         """Some consumer would take ``message`` (a selective queue's arrival behind others)."""
@@ -214,16 +223,19 @@ class ConsumerDispatch:
         credit = False
         for index in self._offer_order(consumers):
             consumer = consumers[index]
-            if not consumer.can_deliver(entry):
-                continue
-            credit = True
-            selector = _selector(consumer)
-            if selector is not None and not selector.matches(
-                    message, redelivered=entry.redelivered, delivery_count=entry.delivery_count):
-                continue
+            try:
+                if not consumer.can_deliver(entry):
+                    continue
+                credit = True
+                selector = _selector(consumer)
+                if selector is not None and not selector.matches(
+                        message, redelivered=entry.redelivered, delivery_count=entry.delivery_count):
+                    continue
+                consumer.deliver(entry)
+            except Exception as exc:
+                raise ConsumerFailed(consumer, entry, exc) from exc
             self._advance_past(index, consumers)
             self._hand_out(entry, consumer.no_ack)
-            consumer.deliver(entry)
             return DELIVERED
         return _UNMATCHED if credit else _NO_CREDIT
 
@@ -254,31 +266,38 @@ class ConsumerDispatch:
                 return
 
     def _offer(self, entry: QueueEntry, consumers: list[Consumer]) -> bool:
-        """Hand ``entry`` to the next consumer able to take it; False when none can."""
+        """Hand ``entry`` to the next consumer able to take it; False when none can.
+
+        The consumer's own code (``can_deliver``, ``deliver``) raising comes out as
+        :class:`ConsumerFailed`, with ``entry`` not handed out: it is delivered first,
+        then counted as out with the consumer.
+        """
         count = len(consumers)
-        if count == 1 or self._sac:
-            if not count:
-                return False
-            consumer = consumers[0]
-            if not consumer.can_deliver(entry):
-                return False
-        elif self._prioritised:
-            found = self._by_priority(entry, consumers)
-            if found is None:
-                return False
-            consumer = found
-        else:
-            start = self._next_consumer
-            for step in range(count):
-                index = (start + step) % count
-                consumer = consumers[index]
-                if consumer.can_deliver(entry):
-                    self._next_consumer = index + 1
-                    break
+        consumer = consumers[0] if count else None
+        try:
+            if count == 1 or self._sac:
+                if consumer is None or not consumer.can_deliver(entry):
+                    return False
+            elif self._prioritised:
+                consumer = self._by_priority(entry, consumers)
+                if consumer is None:
+                    return False
             else:
-                return False
+                start = self._next_consumer
+                for step in range(count):
+                    index = (start + step) % count
+                    consumer = consumers[index]
+                    if consumer.can_deliver(entry):
+                        self._next_consumer = index + 1
+                        break
+                else:
+                    return False
+            consumer.deliver(entry)
+        except ConsumerFailed:
+            raise
+        except Exception as exc:
+            raise ConsumerFailed(cast(Consumer, consumer), entry, exc) from exc
         self._hand_out(entry, consumer.no_ack)
-        consumer.deliver(entry)
         return True
 
     def _hand_out(self, entry: QueueEntry, no_ack: bool) -> None:
@@ -310,7 +329,12 @@ class ConsumerDispatch:
             cursor = self._priority_cursor.get(priority, 0) % size
             for step in range(size):
                 index = start + (cursor + step) % size
-                if consumers[index].can_deliver(entry):
+                consumer = consumers[index]
+                try:
+                    deliverable = consumer.can_deliver(entry)
+                except Exception as exc:
+                    raise ConsumerFailed(consumer, entry, exc) from exc
+                if deliverable:
                     self._priority_cursor[priority] = (cursor + step + 1) % size
-                    return consumers[index]
+                    return consumer
         return None

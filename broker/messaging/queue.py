@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable
 
 from broker.messaging.arguments import QueueSettings, queue_settings
 from broker.messaging.arrivals import ArrivalHold, enqueue_all
+from broker.messaging.consumer_faults import ConsumerFailed, consumer_failed, notify_each
 from broker.messaging.consumers import DELIVERED, ConsumerDispatch
 from broker.messaging.entry_runs import RunTaking
 from broker.messaging.journal import ACKED, PURGED, REPLACED, Durability, MessageJournal, settle_outcome
@@ -204,8 +205,12 @@ class Queue(ConsumerDispatch, ArrivalHold, RunTaking):
         consumers = self._consumers
         if consumers and not self._ready and not self._dispatching:
             entry = self._new_entry(message)
-            if (self._offer_selective(entry, consumers) == DELIVERED) if self._filtered \
-                    else self._offer(entry, consumers):
+            try:
+                if (self._offer_selective(entry, consumers) == DELIVERED) if self._filtered \
+                        else self._offer(entry, consumers):
+                    return
+            except ConsumerFailed as failure:     # that consumer's fault: the entry is queued
+                consumer_failed(self, failure)    # (and offered to the others)
                 return
             if self._timed and self._expired_on_arrival(message):
                 self._retire(entry, "expired")
@@ -495,8 +500,8 @@ class Queue(ConsumerDispatch, ArrivalHold, RunTaking):
         consumers, self._consumers = self._consumers, []
         self._clear()
         self._ready = self._ready_bytes = 0
-        for consumer in consumers:
-            consumer.queue_deleted(self)
+        # each consumer's own code, on its own connection: one failing closes only that one
+        notify_each(consumers, lambda consumer: consumer.queue_deleted(self), "queue deletion")
         return count
 
     def next_deadline(self) -> float | None:

@@ -174,5 +174,23 @@ class Subscription:
     def queue_deleted(self, queue: Queue) -> None:
         self.channel.consumer_cancelled_by_broker(self)
 
+    def delivery_failed(self, entry: QueueEntry, exc: Exception) -> None:
+        """Our ``deliver`` of ``entry`` raised (:mod:`broker.messaging.consumer_faults`): forget
+        the entry (its queue takes it back) and close this connection with 541 INTERNAL_ERROR."""
+        self.cancelled = True
+        channel = self.channel
+        for tag, (held, _sub) in list(channel.unacked.items()):
+            if held is entry:
+                del channel.unacked[tag]
+                channel.unacked_bytes -= entry.message.body_size
+                self.unacked -= 1
+        self.connection_failed(exc)
+
+    def connection_failed(self, exc: Exception) -> None:
+        """Our code raised on a call from another connection: close ours (541), as our own
+        input would have."""
+        self.cancelled = True
+        self.channel.connection.failed(exc)
+
     def __repr__(self) -> str:
         return f"<Subscription {self.tag!r} on {self.queue.name!r}>"

@@ -45,6 +45,7 @@ from .browsing import QueueBrowser, is_browser
 from .conditions import AmqpErrorCondition, LinkErrorCondition, ProtocolFault, Scope, error_of
 from .definitions import (Accepted, Attach, Coordinator, Detach, Disposition, Error, Flow, Rejected, Source, Target,
                           TransactionalState, Transfer)
+from .delivery_faults import DeliveryFaults
 from .delivery_frames import transfer_frame
 from .terminus_fields import source_of, target_of, terminus_of
 from .dynamic_nodes import (TEMPORARY_QUEUE_PREFIX, answer_target, dynamic_source_fields, make_dynamic_node,
@@ -466,7 +467,7 @@ class ReceivingLink(LinkEndpoint10):
 
 # -- the client receives --------------------------------------------------------------------------
 
-class SendingLink(LinkEndpoint10):
+class SendingLink(DeliveryFaults, LinkEndpoint10):
     role = LinkRole.SENDING
 
     def __init__(self, session: Session, attach: Attach) -> None:
