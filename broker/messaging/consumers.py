@@ -231,6 +231,7 @@ class ConsumerDispatch:
                 if selector is not None and not selector.matches(
                         message, redelivered=entry.redelivered, delivery_count=entry.delivery_count):
                     continue
+                entry.state = ACQUIRED      # out with the consumer; counted once delivered
                 consumer.deliver(entry)
             except Exception as exc:
                 raise ConsumerFailed(consumer, entry, exc) from exc
@@ -269,8 +270,8 @@ class ConsumerDispatch:
         """Hand ``entry`` to the next consumer able to take it; False when none can.
 
         The consumer's own code (``can_deliver``, ``deliver``) raising comes out as
-        :class:`ConsumerFailed`, with ``entry`` not handed out: it is delivered first,
-        then counted as out with the consumer.
+        :class:`ConsumerFailed`, with ``entry`` not handed out: it is delivered (marked
+        acquired) first, then counted as out with the consumer (or settled, for no-ack).
         """
         count = len(consumers)
         consumer = consumers[0] if count else None
@@ -292,6 +293,7 @@ class ConsumerDispatch:
                         break
                 else:
                     return False
+            entry.state = ACQUIRED          # out with the consumer; counted once delivered
             consumer.deliver(entry)
         except ConsumerFailed:
             raise

@@ -66,12 +66,17 @@ class PublisherFlow:
     """What blocks one publisher: a resource alarm (``alarm``, its reason) and overfull queues.
 
     ``on_change`` is called whenever :attr:`blocked` or :attr:`reason` may have
-    changed; the engine then blocks or releases what it publishes through.
+    changed; the engine then blocks or releases what it publishes through.  When
+    a queue releases the publisher from another connection's turn (a queue
+    deleted, drained by a consumer) and ``on_change`` raises, ``on_failure``
+    gets the exception (the engine closes its own connection with the internal
+    error) and the caller goes on.
     """
 
-    __slots__ = ("alarm", "queues", "throttled", "_on_change", "_control")
+    __slots__ = ("alarm", "queues", "throttled", "_on_change", "_on_failure", "_control")
 
-    def __init__(self, on_change: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, on_change: Callable[[], None] = lambda: None,
+                 on_failure: Callable[[Exception], None] | None = None) -> None:
         #: why a resource alarm blocks publishers ("low on memory"), "" when none does
         self.alarm = ""
         #: the overfull queues this publisher fed, in the order they blocked it
@@ -79,6 +84,7 @@ class PublisherFlow:
         #: held back by a publish rate limit (:mod:`broker.messaging.publish_rate`)
         self.throttled = False
         self._on_change = on_change
+        self._on_failure = on_failure
         self._control: QueueFlowControl | None = None
 
     @property
@@ -126,7 +132,12 @@ class PublisherFlow:
 
     def _release(self, queue: Queue) -> None:
         if self.queues.pop(queue, 0) is None:
-            self._on_change()
+            try:
+                self._on_change()
+            except Exception as exc:
+                if self._on_failure is None:
+                    raise
+                self._on_failure(exc)
 
 
 class QueueFlowControl:

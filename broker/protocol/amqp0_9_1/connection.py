@@ -120,7 +120,7 @@ class AmqpConnection(OutputQueue):
         self.blocked = False
         self._block_reason = ""
         #: what blocks this connection's publishing: an alarm, overfull queues it fed
-        self.publisher_flow = PublisherFlow(self._flow_changed)
+        self.publisher_flow = PublisherFlow(self._flow_changed, self.failed)
         self._told_blocked = False
         self._held = HeldFrames()
         self._reading_paused = False

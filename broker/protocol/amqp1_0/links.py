@@ -262,7 +262,7 @@ class ReceivingLink(LinkEndpoint10):
         self.receipts = Receipts(self)               # answers beyond mode first
         self.tx = AutoCommitTransaction()
         #: the overfull queues this link fed (producer flow control): its credit is taken back
-        self.publisher_flow = PublisherFlow(self._flow_changed)
+        self.publisher_flow = PublisherFlow(self._flow_changed, self.connection.failed)
         self._revoked = 0                            # transfers the peer may have sent before it knew
 
     def requested_terminus(self) -> Terminus | None:

@@ -243,3 +243,27 @@ def test_0_9_1_to_1_0_a_failing_link_is_closed_and_a_0_9_1_consumer_gets_the_mes
     assert queue.unacked_count == 1 and queue.consumer_count == 1
     other.send(1, m.BasicAck(delivery_tag=delivery.method.delivery_tag))
     assert queue.unacked_count == 0 and queue.message_count == 0
+
+
+# -- producer flow control ------------------------------------------------------------------
+
+def test_0_9_1_a_publisher_failing_on_its_release_does_not_close_the_deleter(
+        caplog: pytest.LogCaptureFixture) -> None:
+    host = Host10()
+    victim = _opened(host, queue=None)
+    victim.send(1, m.QueueDeclare(queue="slow", arguments={
+        "overflowPolicy": "PRODUCER_FLOW_CONTROL", "maximumQueueDepthMessages": 0}))
+    victim.expect(m.QueueDeclareOk, 1)
+    victim.publish(1, "", "slow", b"x")
+    victim.expect(m.ConnectionBlocked, 0)
+
+    def on_change() -> None:
+        raise Bug("injected")
+
+    victim.server.publisher_flow._on_change = on_change     # its release runs in the deleter's turn
+    deleter = _opened(host, queue=None)
+    deleter.send(1, m.QueueDelete(queue="slow"))
+    deleter.expect(m.QueueDeleteOk, 1)
+    assert deleter.server.state is State.OPEN
+    _closed_541(victim)
+    assert len(_bug_records(caplog)) == 1
