@@ -312,7 +312,13 @@ class LinkRegistry:
             self._steal_next(link)        # the next one steals it from this one
             return
         link.stealing_from = old
-        old.link_stolen(link)             # its detach comes back here, now or later
+        try:
+            old.link_stolen(link)         # its detach comes back here, now or later
+        except Exception as exc:          # old's code, in the stealer's turn: old's connection closes
+            failed = getattr(old.connection, "failed", None)
+            if failed is None:
+                raise
+            failed(exc)                   # (its session's end lets go of the link)
 
     # -- detach, session end, connection close ----------------------------------------------
 

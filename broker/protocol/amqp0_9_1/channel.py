@@ -271,7 +271,10 @@ class Channel(DeclarationMethods, TxMethods):
                           native=encoded, format=FORMAT, arrival=self.namespace.clock())
         target = direct_reply.target(self.namespace, publish.routing_key)
         if target is not None and not target.channel.closing:
-            target.channel.deliver_reply(target, message)
+            try:
+                target.channel.deliver_reply(target, message)
+            except Exception as exc:    # the requester's code: its connection closes, not ours
+                target.channel.connection.failed(exc)
         elif publish.mandatory:
             out: list[bytes] = []
             size = return_frames(out, self.number, 312, "NO_ROUTE", message, self.connection.frame_max)

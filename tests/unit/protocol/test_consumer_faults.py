@@ -15,8 +15,10 @@ from typing import Any
 
 import pytest
 
+from broker.messaging.message import MessageProperties
 from broker.messaging.queue_entry import QueueEntry
 from broker.protocol.amqp0_9_1 import methods as m
+from broker.protocol.amqp0_9_1.channel import Channel
 from broker.protocol.amqp0_9_1.connection import State
 from broker.protocol.amqp0_9_1.delivery import Subscription
 from broker.protocol.amqp1_0 import links
@@ -266,4 +268,42 @@ def test_0_9_1_a_publisher_failing_on_its_release_does_not_close_the_deleter(
     deleter.expect(m.QueueDeleteOk, 1)
     assert deleter.server.state is State.OPEN
     _closed_541(victim)
+    assert len(_bug_records(caplog)) == 1
+
+
+# -- 1.0 link stealing ----------------------------------------------------------------------
+
+def test_1_0_a_link_failing_to_let_go_of_a_stolen_link_closes_its_connection_not_the_stealers(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    host = Host10()
+    host.namespace.declare_queue("q")
+    victim = _receiving10(host)                     # the same container and link name:
+    monkeypatch.setattr(SendingLink, "link_stolen", lambda self, link: (_ for _ in ()).throw(Bug("injected")))
+    stealer = Client10(host)
+    stealer.handshake()
+    stealer.begin()
+    stealer.attach_receiver("q")                    # steals it
+    _closed_internal_error(victim)
+    assert stealer.server.state is State10.OPEN
+    assert stealer.expect(Attach).source is not None    # the link is the stealer's
+    assert len(_bug_records(caplog)) == 1
+
+
+# -- 0-9-1 direct reply-to ------------------------------------------------------------------
+
+def test_0_9_1_a_requester_failing_on_its_direct_reply_closes_its_connection_not_the_replier(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    host = Host10()
+    requester = _opened(host, queue="rpc")
+    requester.send(1, m.BasicConsume(queue="amq.rabbitmq.reply-to", consumer_tag="replies", no_ack=True))
+    requester.expect(m.BasicConsumeOk, 1)
+    requester.publish(1, "", "rpc", b"2+2?", MessageProperties(reply_to="amq.rabbitmq.reply-to"))
+    replier = _opened(host, queue=None, confirming=True)
+    replier.send(1, m.BasicGet(queue="rpc", no_ack=True))
+    reply_to = replier.expect(Delivery, 1).properties.reply_to
+    monkeypatch.setattr(Channel, "deliver_reply", lambda *args: (_ for _ in ()).throw(Bug("injected")))
+    replier.publish(1, "", reply_to, b"4")
+    replier.expect(m.BasicAck, 1)
+    assert replier.server.state is State.OPEN
+    _closed_541(requester)
     assert len(_bug_records(caplog)) == 1
