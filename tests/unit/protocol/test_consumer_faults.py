@@ -307,3 +307,28 @@ def test_0_9_1_a_requester_failing_on_its_direct_reply_closes_its_connection_not
     assert replier.server.state is State.OPEN
     _closed_541(requester)
     assert len(_bug_records(caplog)) == 1
+
+
+# -- dead-lettering into a queue with a failing consumer ------------------------------------
+
+def test_0_9_1_a_consumer_of_the_dead_letter_queue_failing_does_not_close_the_rejecter(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    host = Host10()
+    rejecter = _opened(host, queue="dlq", confirming=True)
+    rejecter.send(1, m.QueueDeclare(queue="work", arguments={
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}))
+    rejecter.expect(m.QueueDeclareOk, 1)
+    rejecter.publish(1, "", "work", b"rejected")
+    rejecter.expect(m.BasicAck, 1)
+    victim = _opened(host, queue=None)
+    victim.send(1, m.BasicConsume(queue="dlq", consumer_tag="victim"))
+    victim.expect(m.BasicConsumeOk, 1)
+    _failing_for("victim", monkeypatch)
+    rejecter.send(1, m.BasicGet(queue="work"))
+    got = rejecter.expect(Delivery, 1)
+    rejecter.send(1, m.BasicReject(delivery_tag=got.method.delivery_tag, requeue=False))
+    _closed_541(victim)
+    assert rejecter.server.state is State.OPEN
+    dlq = host.namespace.queues["dlq"]
+    assert dlq.message_count == 1 and dlq.consumer_count == 0 and dlq.unacked_count == 0
+    assert len(_bug_records(caplog)) == 1
