@@ -28,12 +28,10 @@ class HeldFrames:
 
     def __init__(self) -> None:
         self.frames: list[Frame] = []
+        #: the held channels; empty when none is (read on every frame: a plain set)
         self.channels: set[int] = set()
         #: bytes held (the connection stops reading past its hold limit)
         self.size = 0
-
-    def __bool__(self) -> bool:
-        return bool(self.channels)
 
     def hold(self, ftype: int, channel: int, payload: bytes) -> bool | None:
         """Hold the frame when its channel is held or it is a publish that starts holding it:
