@@ -33,6 +33,9 @@ class HeldFrames:
         #: bytes held (the connection stops reading past its hold limit)
         self.size = 0
 
+    def __bool__(self) -> bool:
+        return bool(self.channels)
+
     def hold(self, ftype: int, channel: int, payload: bytes) -> bool | None:
         """Hold the frame when its channel is held or it is a publish that starts holding it:
         True.  False: let it through.  None: a channel.close that let its channel go (what
