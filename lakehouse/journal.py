@@ -522,12 +522,14 @@ class DeltaMessageJournal:
             waiting, self._group = self._group, self._next_group()
             waiting.seal()
             self._finish(waiting, error)
-        if self._scheduled or self._loop is None:
+        if self._loop is None:
             return
         if self.failure is None or self._probed:
+            # at once, in this turn: the waiters just run (deliveries, settlements) join the group,
+            # and a hand-off they scheduled finds this one in flight
             if self._group or self._kept:
                 self._hand_off()
-        else:                                   # at most one attempt per RETRY_DELAY
+        elif not self._scheduled:               # at most one attempt per RETRY_DELAY
             self._scheduled = True
             self._loop.call_later(RETRY_DELAY, self._hand_off)
 
