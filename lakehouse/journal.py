@@ -512,29 +512,34 @@ class DeltaMessageJournal:
         if group.rows:
             self.figures.committed(time.monotonic(), error is None)
         self._in_flight = None
+        waiters: list[Callable[[], None]] = []
         if error is None and not group.rows:
             group.done = True                   # a probe found room: the next commit is a real one
             self._probed = True
         else:
-            self._finish(group, error)
+            waiters += self._finish(group, error)
         if error is not None and self.failure is not None and self._group:
             # still failing: what waited for this attempt fails with it (and is not sent)
             waiting, self._group = self._group, self._next_group()
             waiting.seal()
-            self._finish(waiting, error)
-        if self._loop is None:
-            return
-        if self.failure is None or self._probed:
-            # at once, in this turn: the waiters just run (deliveries, settlements) join the group,
-            # and a hand-off they scheduled finds this one in flight
-            if self._group or self._kept:
-                self._hand_off()
-        elif not self._scheduled:               # at most one attempt per RETRY_DELAY
-            self._scheduled = True
-            self._loop.call_later(RETRY_DELAY, self._hand_off)
+            waiters += self._finish(waiting, error)
+        if self._loop is not None:
+            if self.failure is None or (self._probed and not self._scheduled):
+                # the next group goes to the writer before the waiters run: it commits while they
+                # deliver and answer (what they journal joins the group after it)
+                if self._group or self._kept:
+                    self._hand_off()
+            elif not self._scheduled:           # at most one attempt per RETRY_DELAY
+                self._scheduled = True
+                self._loop.call_later(RETRY_DELAY, self._hand_off)
+        for callback in waiters:
+            try:
+                callback()
+            except Exception:
+                log.exception("journal: a durability callback failed")
 
-    def _finish(self, group: JournalGroup, error: BaseException | None) -> None:
-        """``group`` is durable, or failed with ``error``: count, keep, log, run its waiters."""
+    def _finish(self, group: JournalGroup, error: BaseException | None) -> list[Callable[[], None]]:
+        """``group`` is durable, or failed with ``error``: count, keep, log; its waiters, to be run."""
         group.done = True
         group.error = error
         if error is None:
@@ -556,11 +561,7 @@ class DeltaMessageJournal:
                 self.failure = error
                 log.error("journal of virtual host '%s': commits failing: %s", self.vhost, error)
         callbacks, group.callbacks = group.callbacks, []
-        for callback in callbacks:
-            try:
-                callback()
-            except Exception:
-                log.exception("journal: a durability callback failed")
+        return callbacks
 
     def _keep(self, group: JournalGroup) -> None:
         """Keep the settlements of a failed group (not of transactions) for the next commit."""

@@ -15,40 +15,36 @@ from broker.messaging.namespace import Namespace
 from .test_journal import open_journal, persistent
 
 
-def test_the_next_group_is_handed_off_in_the_turn_the_commit_finishes(tmp_path: Path) -> None:
+def test_the_next_group_goes_to_the_writer_before_the_waiters_of_a_commit_run(tmp_path: Path) -> None:
     ns = Namespace("v")
     journal = open_journal(tmp_path / "journal", ns)
     queue = ns.declare_queue("q", durable=True)[0]
 
-    async def main() -> tuple[bool, bool]:
-        loop = asyncio.get_running_loop()
-        journal.attach_loop(loop)
+    async def main() -> list[object]:
+        journal.attach_loop(asyncio.get_running_loop())
         queue.enqueue(persistent(b"first"))
         first = journal.pending
         assert first is not None
         await asyncio.sleep(0)                    # the end of the turn: the first group goes to the writer
-        queue.enqueue(persistent(b"second"))      # while the first group is in flight: the next group
+        queue.enqueue(persistent(b"second"))      # while the first is in flight: the next group
         second = journal.pending
         assert second is not None and second is not first
-        seen: list[bool] = []
-        checked = asyncio.Event()
-
-        def next_turn() -> None:
-            # the group the waiters filled is with the writer already, not open
-            seen.extend((journal.pending is None, second.done))
-            checked.set()
+        seen: list[object] = []
+        done = asyncio.Event()
 
         def on_durable() -> None:
-            loop.call_soon(next_turn)             # runs before anything the waiters below schedule
-            queue.enqueue(persistent(b"third"))   # a waiter's own journal event joins the open group
+            # the second group is with the writer already: nothing open, not yet durable
+            seen.extend((journal.pending, second.done))
+            queue.enqueue(persistent(b"third"))   # a waiter's own journal event: the group after
+            third = journal.pending
+            seen.append(third is not None and third is not second)
+            assert third is not None
+            third.when_durable(done.set)
 
         first.when_durable(on_durable)
-        await asyncio.wait_for(checked.wait(), 30)
-        done = asyncio.Event()
-        second.when_durable(done.set)
-        await asyncio.wait_for(done.wait(), 30)
-        return seen[0], seen[1]
+        await asyncio.wait_for(done.wait(), 60)
+        return seen
 
-    handed_off, second_done_early = asyncio.run(main())
+    assert asyncio.run(main()) == [None, False, True]
     journal.close()
-    assert handed_off and not second_done_early
+    assert queue.message_count == 3
