@@ -31,7 +31,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+    sys.path.append(str(REPO))                 # after PYTHONPATH: it names the checkout measured
 
 _STAMP = struct.Struct(">d")
 
