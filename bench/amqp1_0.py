@@ -58,6 +58,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--duration", type=float, default=None, help="seconds per window (default 10)")
     ap.add_argument("--warmup", type=float, default=None, help="warm-up seconds (default 3)")
     ap.add_argument("--latency-fraction", type=float, default=0.5)
+    ap.add_argument("--latency-rate", type=float, default=None,
+                    help="pace the latency window at this many msg/s instead (to compare two builds)")
     ap.add_argument("--window", type=int, default=1000, help="unsettled deliveries in flight")
     ap.add_argument("--credit", type=int, default=1000, help="the receiver's link credit")
     ap.add_argument("--quick", action="store_true", help="smoke test: 3 s windows after 2 s warm-up")
@@ -83,7 +85,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def options(a: argparse.Namespace, generator: str) -> LoadOptions:
     o = LoadOptions(generator=generator, log=log, latency_fraction=a.latency_fraction,
-                    window=a.window, credit=a.credit, nice=a.nice, hostname=a.hostname)
+                    window=a.window, credit=a.credit, nice=a.nice, hostname=a.hostname,
+                    latency_rate=a.latency_rate)
     if a.quick:
         o.duration, o.warmup, o.lat_duration, o.lat_warmup, o.drain_timeout = 3.0, 2.0, 3.0, 0.5, 30.0
     if a.duration is not None:

@@ -96,6 +96,8 @@ class LoadOptions:
     lat_duration: float = 10.0
     lat_warmup: float = 1.0
     latency_fraction: float = 0.5
+    #: msg/s of the latency window when set, instead of ``latency_fraction`` of the peak (A/B runs)
+    latency_rate: float | None = None
     size: int = 256
     window: int = 1000
     credit: int = 1000
@@ -335,7 +337,7 @@ def run_variant(broker, variant: Variant, opt: LoadOptions) -> dict:
             result["drain_timeout"] = True
             log(f"    warning: the receiver did not catch up within {opt.drain_timeout:g} s")
 
-        target = tw.received * opt.latency_fraction
+        target = opt.latency_rate or tw.received * opt.latency_fraction
         if target < 1:
             raise WorkloadError("the peak delivered rate is ~0; cannot measure latency")
         ctl[RATE] = max(1, int(target * 1000))

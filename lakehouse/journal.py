@@ -11,15 +11,15 @@ to the *open group* (a few hundred nanoseconds: nothing is converted on the
 loop).  When no commit is in flight, the first event schedules a hand-off at
 the end of the current loop iteration, so everything processed in that
 iteration -- every connection's reads -- joins the group.  While a commit is
-in flight the open group keeps growing; when the commit finishes, the next
-group is handed off at once.  The hand-off pickles the group's rows as plain
-values and writes them to the journal's writer *process*
+in flight the open group keeps growing.  The hand-off pickles the group's rows
+as plain values and writes them to the journal's writer *process*
 (:mod:`lakehouse.journal_writer`, which explains why a process and not a
 thread); it builds the Arrow table (properties decoded to text with a cache),
-appends it as one Delta commit, fsynced, and answers.  The answer arrives on the loop like any socket
-read; the group is marked durable and its waiters -- publisher confirms,
-tx.commit-ok -- run.  If the writer process dies, the group in flight fails
-(its publishers are nacked) and a new writer is started.
+appends it as one Delta commit, fsynced, and answers.  The answer arrives on
+the loop like any socket read: the next group is handed off at once, then the
+group is marked durable and its waiters -- publisher confirms, tx.commit-ok,
+held arrivals -- run while the writer commits the next.  If the writer process
+dies, the group in flight fails (its publishers are nacked) and a new writer is started.
 
 When a commit fails
 -------------------
@@ -517,27 +517,31 @@ class DeltaMessageJournal:
         if group.rows:
             self.figures.committed(time.monotonic(), error is None)
         self._in_flight = None
-        if error is None and not group.rows:
+        probe = error is None and not group.rows
+        if probe:
             group.done = True                   # a probe found room: the next commit is a real one
             self._probed = True
-        else:
-            self._finish(group, error)
+        waiters = [] if probe else self._finish(group, error)
         if error is not None and self.failure is not None and self._group:
             # still failing: what waited for this attempt fails with it (and is not sent)
             waiting, self._group = self._group, self._next_group()
             waiting.seal()
-            self._finish(waiting, error)
-        if self._scheduled or self._loop is None:
-            return
-        if self.failure is None or self._probed:
-            if self._group or self._kept:
-                self._hand_off()
-        else:                                   # at most one attempt per RETRY_DELAY
-            self._scheduled = True
-            self._loop.call_later(RETRY_DELAY, self._hand_off)
+            waiters += self._finish(waiting, error)
+        if self._loop is not None:
+            if self.failure is None or (self._probed and not self._scheduled):
+                if self._group or self._kept:
+                    self._hand_off()
+            elif not self._scheduled:           # at most one attempt per RETRY_DELAY
+                self._scheduled = True
+                self._loop.call_later(RETRY_DELAY, self._hand_off)
+        for callback in waiters:
+            try:
+                callback()
+            except Exception:
+                log.exception("journal: a durability callback failed")
 
-    def _finish(self, group: JournalGroup, error: BaseException | None) -> None:
-        """``group`` is durable, or failed with ``error``: count, keep, log, run its waiters."""
+    def _finish(self, group: JournalGroup, error: BaseException | None) -> list[Callable[[], None]]:
+        """``group`` is durable, or failed with ``error``: count, keep, log; its waiters, to be run."""
         group.done = True
         group.error = error
         if error is None:
@@ -559,11 +563,7 @@ class DeltaMessageJournal:
                 self.failure = error
                 log.error("journal of virtual host '%s': commits failing: %s", self.vhost, error)
         callbacks, group.callbacks = group.callbacks, []
-        for callback in callbacks:
-            try:
-                callback()
-            except Exception:
-                log.exception("journal: a durability callback failed")
+        return callbacks
 
     def _keep(self, group: JournalGroup) -> None:
         """Keep the settlements of a failed group (not of transactions) for the next commit."""

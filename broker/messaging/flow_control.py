@@ -126,12 +126,13 @@ class PublisherFlow:
         self.throttled = on
         self._on_change()
 
-    def _block(self, queue: Queue, control: QueueFlowControl) -> None:
+    def _block(self, queue: Queue) -> None:
         self.queues[queue] = None
         self._on_change()
 
     def _release(self, queue: Queue) -> None:
-        if self.queues.pop(queue, 0) is None:
+        if queue in self.queues:
+            del self.queues[queue]
             try:
                 self._on_change()
             except Exception as exc:
@@ -212,7 +213,7 @@ class QueueFlowControl:
             if publisher not in blocked:
                 blocked.add(publisher)
                 self.blocked_count += 1
-                publisher._block(queue, self)
+                publisher._block(queue)
 
     @property
     def next_recheck(self) -> float | None:

@@ -82,6 +82,8 @@ class PublishRates:
         self.clock = clock
         self.per_publisher: float | None = None
         self.per_virtual_host: float | None = None
+        #: is any limit set (read for every message published: a plain attribute)
+        self.active = False
         self._vhost_bucket: TokenBucket | None = None
         self._buckets: dict[PublisherFlow, TokenBucket] = {}
         #: throttled publisher -> when it may publish again (clock seconds)
@@ -89,12 +91,9 @@ class PublishRates:
         #: times a publisher was throttled, since start
         self.throttled_count = 0
 
-    @property
-    def active(self) -> bool:
-        return self.per_publisher is not None or self.per_virtual_host is not None
-
     def set_limits(self, per_publisher: float | None, per_virtual_host: float | None) -> None:
         self.per_publisher, self.per_virtual_host = per_publisher, per_virtual_host
+        self.active = per_publisher is not None or per_virtual_host is not None
         now = self.clock()
         self._vhost_bucket = TokenBucket(per_virtual_host, now) if per_virtual_host else None
         self._buckets.clear()

@@ -273,9 +273,9 @@ class ScramServer:
         username = decode_saslname(mechanism, pairs[0][1])
         if not username:
             raise MalformedScram(mechanism, "empty user name")
-        if authzid and decode_saslname(mechanism, authzid[2:]) != username:
-            raise MalformedScram(mechanism, f"user '{username}' may not act as"
-                                            f" '{decode_saslname(mechanism, authzid[2:])}'")
+        acting_as = decode_saslname(mechanism, authzid[2:]) if authzid else username
+        if acting_as != username:
+            raise MalformedScram(mechanism, f"user '{username}' may not act as '{acting_as}'")
         client_nonce = pairs[1][1]
         if not _printable_nonce(client_nonce):
             raise MalformedScram(mechanism, "client nonce is empty or not printable ASCII")

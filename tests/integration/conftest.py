@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
 
@@ -63,9 +64,10 @@ def _serve_command() -> list[str]:
 
 
 class DeltaMQProcess:
-    """`deltamq serve` as a child process with its output captured to a file."""
+    """`deltamq serve` as a child process with its output captured to a file; ``defines``
+    become ``-D name=value`` options (context variables)."""
 
-    def __init__(self) -> None:
+    def __init__(self, defines: Mapping[str, str] | None = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="deltamq-it-"))
         self.amqp_port = _free_port()
         self.http_port = _free_port()
@@ -73,6 +75,8 @@ class DeltaMQProcess:
         self.command = _serve_command() + [
             "--amqp-port", str(self.amqp_port), "--http-port", str(self.http_port),
             "--data-dir", str(self.dir / "data")]
+        for name, value in (defines or {}).items():
+            self.command += ["-D", f"{name}={value}"]
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -130,6 +134,13 @@ class DeltaMQProcess:
 
     def log_tail(self, limit: int = 8000) -> str:
         return self.log_since(max(0, self.log_size() - limit), limit)
+
+    def restart(self, sig: int = signal.SIGKILL) -> None:
+        """Stop the broker with ``sig`` (its data directory kept) and start it again."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, sig)
+        self.proc.wait(timeout=30)
+        self.start()
 
     def stop(self) -> None:
         proc = self.proc

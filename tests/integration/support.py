@@ -275,6 +275,17 @@ def assert_closed_with(close: Any, code: int, text: str | None = None) -> None:
         assert text in close.reply_text, f"expected {text!r} in {got}"
 
 
+def closed_by_broker(conn: Any, timeout: float) -> int:
+    """Run a pika BlockingConnection's I/O until the broker closes it (within ``timeout``
+    seconds, else the test fails); the reply code it closed with."""
+    import pika.exceptions
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.2)
+    return int(info.value.reply_code)
+
+
 def pika_reply(exc: BaseException) -> tuple[int, str]:
     """(reply_code, reply_text) from a pika channel/connection-closed exception."""
     code = getattr(exc, "reply_code", None)

@@ -230,10 +230,7 @@ def test_denials_are_counted_in_metrics_and_logged(proc: DeltaMQProcess) -> None
 
 
 def test_rules_survive_a_restart(proc: DeltaMQProcess) -> None:
-    assert proc.proc is not None
-    os.killpg(proc.proc.pid, signal.SIGTERM)
-    proc.proc.wait(timeout=30)
-    proc.start()
+    proc.restart(signal.SIGTERM)
     wait_for_http(proc)
     with rest(proc) as guest:
         rules = guest.get("accesscontrolprovider/acl").json()["rules"]

@@ -46,8 +46,7 @@ def small_disk() -> Iterator[DeltaMQProcess]:
     """A broker whose data directory is a 24 MiB tmpfs, with the disk alarm off: the
     alarm would block the publishers long before the disk fills, and these tests
     are about what happens when it fills all the same."""
-    proc = DeltaMQProcess()
-    proc.command += ["-D", "deltamq.disk_free_limit=0"]
+    proc = DeltaMQProcess({"deltamq.disk_free_limit": "0"})
     data = proc.dir / "data"
     if not mount_tmpfs(data, "24m"):
         shutil.rmtree(proc.dir, ignore_errors=True)
@@ -84,10 +83,7 @@ def connect(proc: DeltaMQProcess) -> pika.BlockingConnection:
 
 
 def restart(proc: DeltaMQProcess) -> None:
-    assert proc.proc is not None
-    os.killpg(proc.proc.pid, signal.SIGKILL)
-    proc.proc.wait(timeout=30)
-    proc.start()
+    proc.restart(signal.SIGKILL)
     wait_for_http(proc)
 
 

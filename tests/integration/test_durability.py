@@ -33,13 +33,6 @@ def own_broker() -> Iterator[DeltaMQProcess]:
         yield proc
 
 
-def restart(proc: DeltaMQProcess, sig: int = signal.SIGKILL) -> None:
-    assert proc.proc is not None
-    os.killpg(proc.proc.pid, sig)
-    proc.proc.wait(timeout=30)
-    proc.start()
-
-
 def connect(proc: DeltaMQProcess) -> pika.BlockingConnection:
     return pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", proc.amqp_port))
 
@@ -76,7 +69,7 @@ def test_confirmed_persistent_messages_survive_and_transient_ones_do_not(
             break
     consumer.basic_ack(taken[0][0])                                  # p0 acked; t0, p1 held unacked
     consumer.tx_commit()
-    restart(own_broker, sig)
+    own_broker.restart(sig)
 
     conn = connect(own_broker)
     ch = conn.channel()
@@ -101,7 +94,7 @@ def test_a_committed_transaction_is_durable_and_a_rolled_back_one_is_not(own_bro
     method, _props, body = ch.basic_get("ledger")
     ch.basic_ack(method.delivery_tag)
     ch.tx_commit()                                                  # the ack of c0 is durable now
-    restart(own_broker)
+    own_broker.restart()
     conn = connect(own_broker)
     assert [b for b, _ in browse(conn.channel(), "ledger")] == [b"c%d" % i for i in range(1, 5)]
 
@@ -123,7 +116,7 @@ def test_dead_letters_and_queue_deletion_survive_a_restart(own_broker: DeltaMQPr
     ch.queue_delete("doomed")
     ch.queue_declare("doomed", durable=True)                        # same name, new queue
     ch.tx_commit()
-    restart(own_broker)
+    own_broker.restart()
     conn = connect(own_broker)
     ch = conn.channel()
     assert ch.queue_declare("work", passive=True).method.message_count == 0

@@ -21,7 +21,7 @@ import pika.exceptions
 import pytest
 from pamqp import commands
 
-from tests.mgmt.conftest import wait_for_http
+from tests.mgmt.conftest import start_broker
 from tests.waiting import wait_until
 
 from .conftest import DeltaMQProcess
@@ -39,14 +39,9 @@ API = "/api/latest"
 
 @pytest.fixture
 def proc() -> Iterator[DeltaMQProcess]:
-    process = DeltaMQProcess()
-    process.command += ["-D", "deltamq.connection_limit_per_user=4"]
-    process.start()
-    try:
-        wait_for_http(process)
-        yield process
-    finally:
-        process.stop()
+    process = start_broker({"deltamq.connection_limit_per_user": "4"})
+    yield process
+    process.stop()
 
 
 def _get(proc: DeltaMQProcess, path: str) -> Any:
@@ -197,8 +192,7 @@ def test_an_amqp_1_0_client_over_the_limit_hears_resource_limit_exceeded(proc: D
 
 
 def test_channel_max_and_frame_max_come_from_context_and_bound_every_protocol() -> None:
-    process = DeltaMQProcess()
-    process.command += ["-D", "deltamq.channel_max=8", "-D", "deltamq.frame_max=8192"]
+    process = DeltaMQProcess({"deltamq.channel_max": "8", "deltamq.frame_max": "8192"})
     with process:
         with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", process.amqp_port)) as conn:
             assert (conn._impl.params.channel_max, conn._impl.params.frame_max) == (8, 8192)
@@ -216,8 +210,7 @@ def test_channel_max_and_frame_max_come_from_context_and_bound_every_protocol() 
 
 
 def test_a_publisher_over_the_rate_limit_is_held_back_and_loses_nothing() -> None:
-    process = DeltaMQProcess()
-    process.command += ["-D", "deltamq.publish_rate_limit_per_connection=50"]
+    process = DeltaMQProcess({"deltamq.publish_rate_limit_per_connection": "50"})
     with process:
         publisher = Publisher(process)
         publisher.channel.queue_declare("paced")

@@ -190,13 +190,8 @@ def test_qpid_alternate_exchange_with_pika(broker: BrokerEndpoint) -> None:
 
 @pytest.fixture
 def strict_broker() -> Iterator[DeltaMQProcess]:
-    proc = DeltaMQProcess()
-    proc.command += ["-D", "queue.behaviourOnUnknownDeclareArgument=FAIL"]
-    proc.start()
-    try:
+    with DeltaMQProcess({"queue.behaviourOnUnknownDeclareArgument": "FAIL"}) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @deltamq_only

@@ -19,7 +19,7 @@ import httpx
 import pika
 import pytest
 
-from tests.mgmt.conftest import wait_for_http
+from tests.mgmt.conftest import start_broker, wait_for_http
 
 from .conftest import DeltaMQProcess
 from .support import Publisher, tmpfs
@@ -49,14 +49,9 @@ def _alarm_lines(proc: DeltaMQProcess, resource: str) -> list[str]:
 
 @pytest.fixture
 def low_watermark() -> Iterator[DeltaMQProcess]:
-    proc = DeltaMQProcess()
-    proc.command += ["-D", f"deltamq.memory_high_watermark={WATERMARK}"]
-    proc.start()
-    try:
-        wait_for_http(proc)
-        yield proc
-    finally:
-        proc.stop()
+    proc = start_broker({"deltamq.memory_high_watermark": f"{WATERMARK}"})
+    yield proc
+    proc.stop()
 
 
 def test_memory_alarm_is_set_by_queued_messages_and_clears_when_they_are_consumed(

@@ -21,6 +21,7 @@ import pytest
 from pamqp import commands
 
 from tests.amqp1_0_clients.drivers import Outcome, compile_jms, jms_fetched, run_jms
+from tests.mgmt.conftest import start_broker
 from tests.scram_client import ScramClient
 from tests.waiting import wait_until
 
@@ -35,17 +36,9 @@ needs_jms = pytest.mark.skipif(not jms_fetched(), reason="Qpid JMS is not fetche
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[DeltaMQProcess]:
-    with DeltaMQProcess() as proc:
-        wait_until(lambda: _serves_http(proc), 30, what="the HTTP port")
-        yield proc
-
-
-def _serves_http(proc: DeltaMQProcess) -> bool:
-    try:
-        httpx.get(f"http://127.0.0.1:{proc.http_port}/metrics", timeout=2)
-    except httpx.TransportError:
-        return False
-    return True
+    proc = start_broker()
+    yield proc
+    proc.stop()
 
 
 @pytest.fixture(scope="module")

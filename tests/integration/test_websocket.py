@@ -25,7 +25,6 @@ import shutil
 import signal
 import struct
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,13 +32,13 @@ from typing import Any
 
 import httpx
 import pika
-import pika.exceptions
 import pytest
 from websockets.exceptions import ConnectionClosedError, InvalidStatus
 from websockets.sync.client import connect
 
 from tests.waiting import wait_until
 
+from .support import closed_by_broker
 from .websocket_support import MAX_MESSAGE, WebSocketBroker, WebSocketRelay
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -253,9 +252,5 @@ def test_sigterm_closes_websocket_clients_with_connection_forced() -> None:
         assert broker.proc is not None
         broker.proc.send_signal(signal.SIGTERM)
         for conn in connections:
-            with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
-                deadline = time.monotonic() + 15
-                while time.monotonic() < deadline:
-                    conn.process_data_events(time_limit=0.2)
-            assert info.value.reply_code == 320
+            assert closed_by_broker(conn, 15) == 320
         assert broker.proc.wait(timeout=15) == 0

@@ -15,11 +15,10 @@ import threading
 from collections.abc import Sequence
 from types import TracebackType
 
-import httpx
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from tests.waiting import wait_until
+from tests.mgmt.conftest import wait_for_http
 
 from .conftest import DeltaMQProcess, _free_port
 
@@ -33,25 +32,14 @@ class WebSocketBroker(DeltaMQProcess):
     ``defines`` adds ``-D name=value`` options."""
 
     def __init__(self, **defines: str) -> None:
-        super().__init__()
-        self.ws_port = _free_port()
-        for name, value in {"deltamq.ws_port": str(self.ws_port),
-                            "deltamq.websocket_max_message_size": str(MAX_MESSAGE),
-                            **defines}.items():
-            self.command += ["-D", f"{name}={value}"]
+        ws_port = _free_port()
+        super().__init__({"deltamq.ws_port": str(ws_port),
+                          "deltamq.websocket_max_message_size": str(MAX_MESSAGE), **defines})
+        self.ws_port = ws_port
 
     def start(self) -> None:
         super().start()
-        wait_until(self._serves_http, 30, what="HTTP management")
-
-    def _serves_http(self) -> bool:
-        try:
-            httpx.get(f"http://127.0.0.1:{self.http_port}/metrics", timeout=2)
-            return True                   # any answer: it serves (metrics may want a login)
-        except httpx.TransportError:
-            if not self.alive():
-                raise RuntimeError(f"the broker exited:\n{self.log_tail()}") from None
-            return False
+        wait_for_http(self)
 
     @property
     def ws_url(self) -> str:

@@ -11,7 +11,6 @@ it was granted ahead.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pika
@@ -20,26 +19,10 @@ import pytest
 
 from lakehouse.spark_source import INITIAL_OFFSET, QueueOptions, QueueStreamReader
 from tests.integration.conftest import DeltaMQProcess
-from tests.mgmt.conftest import Api, start_broker
+from tests.mgmt.conftest import Api
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.timeout(300)]
-
-
-@pytest.fixture(scope="module")
-def broker() -> Iterator[DeltaMQProcess]:
-    process = start_broker()
-    try:
-        yield process
-    finally:
-        process.stop()
-
-
-@pytest.fixture
-def api(broker: DeltaMQProcess) -> Iterator[Api]:
-    client = Api(broker.http_port)
-    yield client
-    client.close()
 
 
 def filled_queue(broker: DeltaMQProcess, count: int) -> tuple[str, list[bytes]]:

@@ -14,7 +14,6 @@ import os
 import signal
 import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +22,10 @@ import pytest
 
 from lakehouse.queue_reads import journal
 from tests.integration.conftest import DeltaMQProcess
-from tests.mgmt.conftest import Api, start_broker, wait_for_http
+from tests.mgmt.conftest import Api, wait_for_http
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
-
-
-@pytest.fixture(scope="module")
-def broker() -> Iterator[DeltaMQProcess]:
-    process = start_broker()
-    try:
-        yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture(scope="module")
@@ -43,13 +33,6 @@ def spark() -> Any:
     from lakehouse.spark import spark_session
 
     return spark_session()
-
-
-@pytest.fixture
-def api(broker: DeltaMQProcess) -> Iterator[Api]:
-    client = Api(broker.http_port)
-    yield client
-    client.close()
 
 
 def new_queue(broker: DeltaMQProcess) -> str:

@@ -8,7 +8,7 @@ HTTP port answers.  :class:`Api` is a small httpx client for
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import httpx
@@ -68,8 +68,9 @@ class Api:
         self.client.close()
 
 
-def start_broker() -> DeltaMQProcess:
-    process = DeltaMQProcess()
+def start_broker(defines: Mapping[str, str] | None = None) -> DeltaMQProcess:
+    """`deltamq serve` (``defines``: ``-D name=value`` options), once its HTTP port answers."""
+    process = DeltaMQProcess(defines)
     process.start()
     try:
         wait_for_http(process)

@@ -22,7 +22,7 @@ from tests.integration.conftest import DeltaMQProcess
 from tests.integration.support import BrokerEndpoint, pika_reply
 from tests.waiting import wait_until
 
-from .conftest import Api, wait_for_http
+from .conftest import Api, start_broker
 
 VHOST = "queue/default/default"
 
@@ -163,16 +163,11 @@ BLOCK = 2.0
 @pytest.fixture(scope="module")
 def throttled() -> Iterator[DeltaMQProcess]:
     """A broker of its own with small limits: 3 failures per user, 4 per address."""
-    process = DeltaMQProcess()
-    process.command += ["-D", "deltamq.login.max_failures=3",
-                        "-D", "deltamq.login.max_source_failures=4",
-                        "-D", f"deltamq.login.block={BLOCK}"]
-    process.start()
-    try:
-        wait_for_http(process)
-        yield process
-    finally:
-        process.stop()
+    process = start_broker({"deltamq.login.max_failures": "3",
+                            "deltamq.login.max_source_failures": "4",
+                            "deltamq.login.block": f"{BLOCK}"})
+    yield process
+    process.stop()
 
 
 def from_address(process: DeltaMQProcess, address: str,

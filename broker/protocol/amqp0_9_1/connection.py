@@ -163,7 +163,7 @@ class AmqpConnection(OutputQueue):
                     raise _Desynchronised(f"frame-end octet is 0x{buf[end]:02x}, expected 0xce")
                 payload = buf[o + 7:end]
                 o = end + 1
-                if channel and (self._told_blocked or self._held or self.store_waits.held) \
+                if channel and (self._told_blocked or self._held.channels or self.store_waits.held) \
                         and self._hold(ftype, channel, payload):
                     continue
                 try:
@@ -273,7 +273,7 @@ class AmqpConnection(OutputQueue):
             self.store_waits.hold(ftype, channel, payload)
             self._reading_changed()
             return True
-        if not (self._told_blocked or self._held):
+        if not (self._told_blocked or self._held.channels):
             return False
         held = self._held.hold(ftype, channel, payload)
         if held is None or (held and self._held.size >= HOLD_LIMIT and not self._reading_paused):

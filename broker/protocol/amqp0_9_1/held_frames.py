@@ -28,6 +28,7 @@ class HeldFrames:
 
     def __init__(self) -> None:
         self.frames: list[Frame] = []
+        #: the held channels; empty when none is (read on every frame: a plain set)
         self.channels: set[int] = set()
         #: bytes held (the connection stops reading past its hold limit)
         self.size = 0

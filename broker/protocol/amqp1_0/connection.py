@@ -130,7 +130,7 @@ class AmqpConnection10(OutputQueue):
 
     def start(self) -> None:
         if self.version is AmqpVersion.V1_0_SASL:
-            offered = [m for m in self.host.sasl_mechanisms(self.remote_host) if m in MECHANISMS]
+            offered = self._offered_mechanisms()
             self._write(SASL_HEADER)
             self._write(encode_frame(SaslMechanisms(sasl_server_mechanisms=[Symbol(m) for m in offered]),
                                      frame_type=TYPE_SASL))
@@ -270,9 +270,13 @@ class AmqpConnection10(OutputQueue):
             self.state = State.AWAITING_OPEN
             self._amqp_frames(b"")
 
+    def _offered_mechanisms(self) -> list[str]:
+        """The port's mechanisms that this engine speaks, most preferred first."""
+        return [m for m in self.host.sasl_mechanisms(self.remote_host) if m in MECHANISMS]
+
     def _sasl_init(self, init: SaslInit) -> None:
         mechanism = str(init.mechanism)
-        offered = [m for m in self.host.sasl_mechanisms(self.remote_host) if m in MECHANISMS]
+        offered = self._offered_mechanisms()
         if mechanism not in offered:
             self.close_reason = f"SASL mechanism '{mechanism}' is not offered"
             self._write(encode_frame(SaslOutcome(code=SaslCode.AUTH), frame_type=TYPE_SASL))

@@ -125,6 +125,15 @@ class Client10:
                          source=Source(address="client"), target=Target(address=address),
                          initial_delivery_count=0), channel)
 
+    def open_senders(self, *links: tuple[str, str]) -> None:
+        """Log in, begin a session on channel 0 and attach a sender to each (address, link name),
+        on handles 0, 1, ...; what the broker answered is taken."""
+        self.handshake()
+        self.begin()
+        for handle, (address, name) in enumerate(links):
+            self.attach_sender(address, handle=handle, name=name)
+        self.take()
+
     def attach_receiver(self, address: str, handle: int = 1, name: str = "receiver", channel: int = 0,
                         snd_settle_mode: int = 0) -> None:
         self.send(Attach(name=name, handle=handle, role=True, snd_settle_mode=snd_settle_mode,

@@ -17,11 +17,7 @@ def _client(journal: RecordingJournal | None = None) -> Client10:
         client.host.namespace.journal = journal
     client.host.namespace.declare_queue("durable", durable=True)
     client.host.namespace.declare_queue("scratch")
-    client.handshake()
-    client.begin()
-    client.attach_sender("durable", handle=0, name="d")
-    client.attach_sender("scratch", handle=1, name="s")
-    client.take()
+    client.open_senders(("durable", "d"), ("scratch", "s"))
     return client
 
 

@@ -15,11 +15,7 @@ def _client() -> Client10:
     client.host.namespace.declare_queue("slow", arguments={
         "overflowPolicy": "PRODUCER_FLOW_CONTROL", "maximumQueueDepthMessages": 2})
     client.host.namespace.declare_queue("free")
-    client.handshake()
-    client.begin()
-    client.attach_sender("slow", handle=0, name="to-slow")
-    client.attach_sender("free", handle=1, name="to-free")
-    client.take()
+    client.open_senders(("slow", "to-slow"), ("free", "to-free"))
     return client
 
 
