@@ -26,8 +26,10 @@ and its whole process tree (DeltaMQ's journal writer, journal upkeep and
 configuration writer processes included; each one's peak is in the notes).  Reported per broker: confirmed publish rate; RSS peak while
 publishing, at rest (the last sample of step 3) and peak while consuming;
 delivery rate from disk (msg/s, MB/s of bodies) from the consume request to
-the last delivery, and the time to the first one; the broker tree's CPU per
-message delivered; the data directory's size after publishing.  Ratios are
+the last delivery, and the time to the first one; the broker's CPU per
+confirmed publish (its own process and its tree, from ``/proc``; each
+process's share and the load average at the start and end of publishing are
+in the notes) and its tree's CPU per message delivered; the data directory's size after publishing.  Ratios are
 DeltaMQ / RabbitMQ.  Results go to ``bench/results/flow-to-disk-<time>`` and
 ``flow-to-disk-latest`` (.json, .md).
 
@@ -130,6 +132,24 @@ def process_name(pid: int) -> str:
     return procutil.comm(pid) or str(pid)
 
 
+def tree_cpu_by_process(pid: int) -> dict[str, float]:
+    """CPU seconds of a broker's tree by what each process runs: ``broker`` for ``pid`` itself."""
+    out = {"broker": procutil.cpu_seconds(pid)}
+    for p in procutil.tree(pid):
+        if p != pid:
+            name = process_name(p)
+            out[name] = out.get(name, 0.0) + procutil.cpu_seconds(p)
+    return out
+
+
+def cpu_per_message(before: dict[str, float], after: dict[str, float], n: int) -> dict[str, float]:
+    """µs of CPU per message of each process between two :func:`tree_cpu_by_process` samples.
+
+    A process that started in between counts from zero; one that ended is left out.
+    """
+    return {name: round((seconds - before.get(name, 0.0)) / n * 1e6, 1) for name, seconds in after.items()}
+
+
 def bodies(size: int) -> list[bytes]:
     rng = random.Random(20261124)
     return [rng.randbytes(size) for _ in range(BODY_POOL)]
@@ -161,6 +181,7 @@ async def publish(broker: Any, arguments: dict[str, Any], n: int, body: int, win
         def progress(confirmed: int, elapsed: float) -> None:
             log(f"    ... {confirmed:,} confirmed ({confirmed / elapsed:,.0f}/s)")
 
+        cpu0, load0 = tree_cpu_by_process(broker.pid), os.getloadavg()[0]
         task = asyncio.ensure_future(publish_confirmed(conn, pch, n, 500, window, frames, progress))
         seen, since = 0, time.monotonic()
         while not task.done():
@@ -172,9 +193,13 @@ async def publish(broker: Any, arguments: dict[str, Any], n: int, body: int, win
                 raise RuntimeError(f"publishing stalled: {seen:,} of {n:,} confirmed, none for {stall:.0f} s"
                                    " (a memory alarm that does not clear: is flow to disk on?)")
         seconds = task.result()
+        cpu = cpu_per_message(cpu0, tree_cpu_by_process(broker.pid), n)
+        load = (round(load0, 2), round(os.getloadavg()[0], 2))
         depth, _ = await ch.queue_declare(QUEUE, passive=True)
         return {"publish_s": round(seconds, 2), "publish_per_s": round(n / seconds), "nacked": pch.nacked,
-                "depth": depth}
+                "depth": depth, "publish_cpu_us": cpu["broker"],
+                "publish_cpu_us_tree": round(sum(cpu.values()), 1), "publish_cpu_us_by_process": cpu,
+                "publish_load": load}
     finally:
         await conn.close()
 
@@ -274,6 +299,8 @@ def run_broker(name: str, broker: Any, a: argparse.Namespace) -> dict:
 
 ROWS = (
     ("confirmed publish, msg/s", "publish_per_s", ",.0f", 1),
+    ("broker CPU per confirmed publish, us", "publish_cpu_us", ",.1f", 1),
+    ("  broker tree, us", "publish_cpu_us_tree", ",.1f", 1),
     ("RSS peak publishing, MiB", "rss_publish_peak", ",.0f", MIB),
     ("  broker tree, MiB", "rss_publish_peak_tree", ",.0f", MIB),
     ("RSS at rest, backlog queued, MiB", "rss_rest", ",.0f", MIB),
@@ -307,6 +334,14 @@ def report(results: dict, out_dir: Path, a: argparse.Namespace) -> None:
         if len(peaks) > 1:
             notes.append(f"{label}'s processes, peak RSS: " + ", ".join(
                 f"{name} {size / MIB:,.0f} MiB" for name, size in sorted(peaks.items(), key=lambda kv: -kv[1])))
+    for label, info in (("DeltaMQ", d), ("RabbitMQ", r)):
+        if "publish_load" in info:
+            start, end = info["publish_load"]
+            split = ", ".join(f"{name} {us:,.1f}" for name, us in info["publish_cpu_us_by_process"].items())
+            notes.append(f"{label} publishing: load average {start} at the start, {end} at the end;"
+                         f" CPU per confirmed publish, us: {split}")
+    notes.append("the publish rate follows the CPU the broker gets: on a loaded machine compare CPU per"
+                 " confirmed publish, which the load changes little")
     notes.append("ratio = DeltaMQ / RabbitMQ; RSS of the broker process (DeltaMQ: deltamq serve; RabbitMQ:"
                  " beam.smp) and of its process tree (DeltaMQ's journal writer, journal upkeep and"
                  " configuration writer processes; their peaks are listed above)")
