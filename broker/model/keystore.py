@@ -227,6 +227,13 @@ class _JavaStoreFile:
                          description="The store's password (a key entry's must be the same,"
                                      " as keytool makes them by default)")
 
+    label: str
+
+    def _check_kind(self, store_type: str, type_name: str, algorithm: str, algorithm_name: str) -> None:
+        """Refuse a store type or manager algorithm this broker cannot honour (a configuration error)."""
+        java_key_stores.check_store_type(store_type, type_name, self.label)
+        java_key_stores.check_manager_algorithm(algorithm, algorithm_name, self.label)
+
 
 class FileKeyStore(_JavaStoreFile, KeyStore):
     """Broker-J's FileKeyStore: the key entry of a Java key store (PKCS12)."""
@@ -247,9 +254,8 @@ class FileKeyStore(_JavaStoreFile, KeyStore):
         return False
 
     def _read_material(self) -> KeyMaterial:
-        java_key_stores.check_store_type(self.key_store_type, "keyStoreType", self.label)
-        java_key_stores.check_manager_algorithm(self.key_manager_factory_algorithm,
-                                                "keyManagerFactoryAlgorithm", self.label)
+        self._check_kind(self.key_store_type, "keyStoreType",
+                         self.key_manager_factory_algorithm, "keyManagerFactoryAlgorithm")
         return java_key_stores.key_material(self.store_url, self.password,
                                             self.certificate_alias, self.label)
 
@@ -320,9 +326,8 @@ class FileTrustStore(_JavaStoreFile, TrustStore):
                                             " Broker-J configurations, no effect")
 
     def _read_certificates(self) -> list[x509.Certificate]:
-        java_key_stores.check_store_type(self.trust_store_type, "trustStoreType", self.label)
-        java_key_stores.check_manager_algorithm(self.trust_manager_factory_algorithm,
-                                                "trustManagerFactoryAlgorithm", self.label)
+        self._check_kind(self.trust_store_type, "trustStoreType",
+                         self.trust_manager_factory_algorithm, "trustManagerFactoryAlgorithm")
         return java_key_stores.trusted_certificates(self.store_url, self.password, self.label)
 
 
