@@ -10,7 +10,13 @@ force needs it:
   :meth:`HostNames.look_up` starts ``socket.gethostbyaddr`` on the address
   in :data:`WORKERS` daemon threads of its own (a slow name server cannot
   hold up the threads that verify passwords, nor the broker's exit); one
-  look-up per address at a time, at most :data:`MAX_PENDING` at once;
+  look-up per address at a time, at most :data:`MAX_PENDING` handed to the
+  threads and not yet answered -- one that timed out keeps its place until
+  the resolver returns, so a name server that hangs while many new
+  addresses connect cannot pile up work;
+* the name must resolve back to the address (forward-confirmed, as Java's
+  ``getCanonicalHostName``, Broker-J's look-up, checks): otherwise whoever
+  runs the client's reverse zone could give it any name;
 * an answer is kept per address for :data:`TTL` seconds, a failure (no
   name, an error, or no answer within :data:`TIMEOUT` seconds) for
   :data:`FAILED_TTL`; an answer that comes after the timeout is dropped;
@@ -26,6 +32,7 @@ the default DENIED, what only such a rule would allow is refused.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import queue
 import socket
@@ -43,11 +50,33 @@ WORKERS = 2
 
 
 def reverse_lookup(address: str) -> str | None:
-    """The host name of ``address`` (blocking; None when it has none)."""
+    """The host name of ``address`` (blocking; None when it has none, or when the name does
+    not resolve back to ``address``)."""
+    bare = address.split("%")[0]
     try:
-        return socket.gethostbyaddr(address.split("%")[0])[0] or None
+        name = socket.gethostbyaddr(bare)[0]
+        if not name:
+            return None
+        resolved = {_ip(info[4][0]) for info in socket.getaddrinfo(name, None)}
     except (OSError, UnicodeError, ValueError):
         return None
+    ip = _ip(bare)
+    if ip is None or ip not in resolved:
+        log.info("host name %r of %s does not resolve back to it: from_hostname rules do not"
+                 " match it", name, address)
+        return None
+    return name
+
+
+def _ip(text: object) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """``text`` as an address (an IPv4-mapped IPv6 one as IPv4; None if it is none)."""
+    try:
+        ip = ipaddress.ip_address(str(text).split("%")[0])
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
 
 
 class HostNames:
@@ -71,6 +100,8 @@ class HostNames:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self.lookups = 0
         self.failures = 0
+        #: look-ups handed to the threads and not answered yet (timed out or not)
+        self.running = 0
 
     def known(self, address: str) -> tuple[bool, str | None]:
         """(whether an unexpired answer is kept, the name it gives)."""
@@ -90,9 +121,8 @@ class HostNames:
         Call on the event loop."""
         if not address or address in self._pending or self.known(address)[0]:
             return
-        if len(self._pending) >= self.max_pending:
-            log.debug("not looking up %s: %d look-ups already running", address,
-                      len(self._pending))
+        if self.running >= self.max_pending:
+            log.debug("not looking up %s: %d look-ups already running", address, self.running)
             return
         loop = asyncio.get_running_loop()
         while len(self._workers) < WORKERS:
@@ -101,6 +131,7 @@ class HostNames:
             self._workers.append(worker)
         self._pending[address] = []
         self.lookups += 1
+        self.running += 1
         self._timers[address] = loop.call_later(self.timeout, self._settle, address, None, True)
         self._work.put((address, loop))
 
@@ -113,7 +144,7 @@ class HostNames:
                 log.debug("looking up %s failed", address, exc_info=True)
                 name = None
             try:
-                loop.call_soon_threadsafe(self._settle, address, name, False)
+                loop.call_soon_threadsafe(self._answered, address, name)
             except RuntimeError:         # the loop is closed: nobody waits any more
                 return
 
@@ -125,6 +156,11 @@ class HostNames:
             return False
         waiting.append(callback)
         return True
+
+    def _answered(self, address: str, name: str | None) -> None:
+        """A thread's answer (on the loop): its place is free again."""
+        self.running -= 1
+        self._settle(address, name, False)
 
     def _settle(self, address: str, name: str | None, timed_out: bool) -> None:
         waiting = self._pending.pop(address, None)

@@ -15,7 +15,9 @@ keytool.  A store whose type says ``JKS`` but whose file is PKCS12 is read, as
 Java's own JKS keystore type reads PKCS12 files.  Wrong password, an alias
 the store does not hold, an alias of a certificate without its key, a store
 with no key at all: each is a :class:`~broker.errors.ConfigurationError`
-naming the store, the file and what to do.
+naming the store, the file and what to do.  Aliases are matched without regard
+to case, as Java's PKCS12 key store does (keytool keeps an alias's case in the
+file, and Broker-J finds ``MyKey`` under ``mykey``).
 
 ``cryptography`` returns the first key of a store; a store that holds several
 (``certificateAlias`` picks one) is walked here, just far enough to find each
@@ -77,9 +79,14 @@ class _Store:
         return first + list(self.opened.additional_certs)
 
 
+def _shown(location: str) -> str:
+    """``location`` for an error message (a data: URL is not repeated whole)."""
+    return "data: URL" if location.startswith("data:") else f"'{location}'"
+
+
 def _open(location: str, password: str, what: str) -> _Store:
     data = read_location(location, what)
-    shown = "data: URL" if location.startswith("data:") else f"'{location}'"
+    shown = _shown(location)
     java = _JAVA_MAGIC.get(data[:4])
     if java is not None:
         raise ConfigurationError(
@@ -109,33 +116,33 @@ def key_material(location: str, password: str, alias: str, what: str) -> KeyMate
     certificates = [c.certificate for c in store.certificates()]
     first = _alias(store.opened.cert) if store.opened.cert is not None else ""
     key: types.PrivateKeyTypes | None
-    if store.opened.key is not None and (not alias or alias == first):
+    if store.opened.key is not None and (not alias or alias.lower() == first.lower()):
         key = store.opened.key
     else:
         key = _key_of(store, alias, password, what) if alias else None
     if key is None:
-        raise ConfigurationError(f"{what}: '{location}' holds no private key, only certificates"
+        raise ConfigurationError(f"{what}: {_shown(location)} holds no private key, only certificates"
                                  " (a key store needs a key entry: keytool -genkeypair, or"
                                  " openssl pkcs12 -export -inkey)")
     leaf = next((c for c in certificates if same_public_key(key, c)), None)
     if leaf is None:
-        raise ConfigurationError(f"{what}: '{location}' holds no certificate for the private key"
+        raise ConfigurationError(f"{what}: {_shown(location)} holds no certificate for the private key"
                                  f" of entry '{alias or first}'")
     return KeyMaterial(key, _chain(leaf, certificates))
 
 
 def _key_of(store: _Store, alias: str, password: str, what: str) -> types.PrivateKeyTypes:
     """The key of entry ``alias`` (not the store's first): found by walking the store."""
-    bags = dict(_key_bags(store.data))
-    if alias not in bags:
+    bags = {name.lower(): bag for name, bag in _key_bags(store.data)}
+    if alias.lower() not in bags:
         aliases = sorted({name for name in (_alias(c) for c in store.certificates()) if name}
-                         | set(bags))
-        if alias in aliases:
+                         | {name for name, _bag in _key_bags(store.data)})
+        if alias.lower() in {name.lower() for name in aliases}:
             raise ConfigurationError(f"{what}: entry '{alias}' is a certificate without a"
                                      " private key; 'certificateAlias' must name a key entry")
         raise ConfigurationError(f"{what}: the store has no entry '{alias}' (attribute"
                                  f" 'certificateAlias'); its entries: {', '.join(aliases) or 'none'}")
-    der, encrypted = bags[alias]
+    der, encrypted = bags[alias.lower()]
     try:
         return serialization.load_der_private_key(
             der, password.encode("utf-8") if encrypted else None)
@@ -164,7 +171,7 @@ def trusted_certificates(location: str, password: str, what: str) -> list[x509.C
     store = _open(location, password, what)
     found = [c.certificate for c in store.certificates()]
     if not found:
-        raise ConfigurationError(f"{what}: '{location}' holds no certificate")
+        raise ConfigurationError(f"{what}: {_shown(location)} holds no certificate")
     return found
 
 

@@ -667,18 +667,20 @@ class AmqpConnection(OutputQueue):
 
     def _teardown(self) -> None:
         was_open = self.state is State.OPEN or self.state is State.CLOSING
-        self.publisher_flow.close()
-        for ch in list(self.channels.values()):
-            ch.release_all()
-        self.channels.clear()
-        if self.namespace is not None:
-            try:
-                self.namespace.owner_closed(self)
-            except errors.BrokerError:
-                log.exception("deleting exclusive queues of %s", self.id)
-        if was_open and self.namespace is not None:
-            self.host.connection_closed(self)
-            self.namespace = None
+        try:
+            self.publisher_flow.close()
+            for ch in list(self.channels.values()):
+                ch.release_all()
+            self.channels.clear()
+            if self.namespace is not None:
+                try:
+                    self.namespace.owner_closed(self)
+                except errors.BrokerError:
+                    log.exception("deleting exclusive queues of %s", self.id)
+        finally:    # whatever failed above, the connection stops counting (connection limits)
+            if was_open and self.namespace is not None:
+                self.host.connection_closed(self)
+                self.namespace = None
 
     def _send_close_ok(self) -> None:
         self.send_method(0, m.ConnectionCloseOk())

@@ -508,20 +508,23 @@ class AmqpConnection10(OutputQueue):
 
     def _teardown(self) -> None:
         was_open = self.state is State.OPEN or self.state is State.CLOSE_SENT
-        for session in list(self.sessions.values()):
-            session.release_all()
-        self.sessions.clear()
-        self._our_channels.clear()
         namespace = self.namespace
-        if namespace is not None:
-            namespace.links.connection_closed(self)
-            try:
-                namespace.owner_closed(self)
-            except errors.BrokerError:
-                log.exception("deleting exclusive queues of %s", self.id)
-            if was_open:
-                self.host.connection_closed(self)
-            self.namespace = None
+        try:
+            for session in list(self.sessions.values()):
+                session.release_all()
+            self.sessions.clear()
+            self._our_channels.clear()
+            if namespace is not None:
+                namespace.links.connection_closed(self)
+                try:
+                    namespace.owner_closed(self)
+                except errors.BrokerError:
+                    log.exception("deleting exclusive queues of %s", self.id)
+        finally:    # whatever failed above, the connection stops counting (connection limits)
+            if namespace is not None:
+                if was_open:
+                    self.host.connection_closed(self)
+                self.namespace = None
 
     def _finish(self, *, linger: bool = False) -> None:
         if self.state is not State.CLOSED:

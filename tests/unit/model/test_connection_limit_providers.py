@@ -157,3 +157,49 @@ def test_1_0_past_the_count_limit_is_closed_with_resource_limit_exceeded() -> No
     assert close.error.condition == "amqp:resource-limit-exceeded"
     assert "connection limit of 1" in close.error.description
     assert host.limits.refused_total == 1
+
+
+# -- every close path stops counting (a connection left counted would lock its user out) ----
+
+class _Bug(RuntimeError):
+    pass
+
+
+def _raise(*args: object, **kwargs: object) -> None:
+    raise _Bug("injected")
+
+
+def test_0_9_1_a_connection_whose_close_fails_too_stops_counting(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from broker.protocol.amqp0_9_1.channel import Channel
+
+    host = _with_rules(LimitedHost(), "CLT guest connection_limit=1")
+    victim = Client(host)                                     # type: ignore[arg-type]
+    victim.handshake()
+    monkeypatch.setattr(Channel, "_basic_qos", _raise)       # a bug in a handler...
+    monkeypatch.setattr(Channel, "release_all", _raise)      # ...and in the teardown it causes
+    victim.open_channel(2)
+    victim.send(2, m.BasicQos(prefetch_count=1))
+    assert victim.server.closed
+    monkeypatch.undo()
+    again = Client(host)                                      # type: ignore[arg-type]
+    again.handshake()                                         # not refused: the limit is 1
+    assert host.limits.refused_total == 0 and host.limits.by_user["guest"] == 1
+
+
+def test_1_0_a_connection_whose_close_fails_too_stops_counting(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from broker.protocol.amqp1_0.session import Session
+
+    host = _with_rules(LimitedHost10(), "CLT guest connection_limit=1")
+    victim = Client10(host)                                   # type: ignore[arg-type]
+    victim.open_senders()
+    monkeypatch.setattr(Session, "_attach", _raise)           # a bug in a handler...
+    monkeypatch.setattr(Session, "release_all", _raise)       # ...and in the teardown it causes
+    victim.attach_sender("q")
+    assert victim.server.closed
+    monkeypatch.undo()
+    again = Client10(host)                                    # type: ignore[arg-type]
+    assert again.handshake().container_id                     # opened: not refused
+    assert not any(isinstance(value, Close) for value in again.values())
+    assert host.limits.refused_total == 0 and host.limits.by_user["guest"] == 1

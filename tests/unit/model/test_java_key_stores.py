@@ -124,6 +124,25 @@ def test_a_store_without_a_key_is_no_key_store(load: Loader, pki: Pki, tmp_path:
         load(config({"storeUrl": str(store)}))
 
 
+def test_a_store_in_a_data_url_is_not_repeated_whole_in_errors(load: Loader, pki: Pki,
+                                                                tmp_path: Path) -> None:
+    store = write_p12(tmp_path / "trust.p12", pki, with_key=False)
+    url = "data:;base64," + base64.b64encode(store.read_bytes()).decode()
+    with pytest.raises(ConfigurationError, match="data: URL holds no private key") as raised:
+        load(config({"storeUrl": url}))
+    assert url[20:80] not in str(raised.value)
+
+
+def test_the_certificate_alias_is_matched_without_regard_to_case(load: Loader, pki: Pki,
+                                                                 tmp_path: Path) -> None:
+    """As Java's PKCS12 key store (and so Broker-J) looks entries up."""
+    store = write_p12(tmp_path / "server.p12", pki)             # its key entry: 'server'
+    broker = load(config({"storeUrl": str(store), "certificateAlias": "Server"})).broker
+    assert broker.child("KeyStore", "server").subject_name == "CN=localhost,O=DeltaMQ"  # type: ignore[union-attr]
+    with pytest.raises(ConfigurationError, match="entry 'CA' is a certificate without a private"):
+        load(config({"storeUrl": str(store), "certificateAlias": "CA"}))
+
+
 def test_a_file_that_is_no_store_is_named(load: Loader, pki: Pki) -> None:
     with pytest.raises(ConfigurationError, match="is not a PKCS12 key store"):
         load(config({"storeUrl": str(pki.server_cert)}))
@@ -218,6 +237,8 @@ def test_keytool_store_first_key_entry_or_the_alias(load: Loader, java_stores: J
     assert second.key_algorithm == "RSA 2048"  # type: ignore[union-attr]
     [port] = broker.ports()
     _handshake(port.tls_context(), _trusting(second.material.certificate))  # type: ignore[attr-defined,union-attr]
+    upper = load(config({"storeUrl": str(java_stores.keys), "certificateAlias": "TWO"})).broker
+    assert upper.child("KeyStore", "server").subject_name == "CN=two,O=Java"  # type: ignore[union-attr]
 
 
 @needs_keytool

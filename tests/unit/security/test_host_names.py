@@ -101,6 +101,47 @@ def test_answers_expire_and_look_ups_are_bounded() -> None:
     asyncio.run(scenario())
 
 
+def test_look_ups_that_timed_out_keep_their_place_until_the_resolver_returns() -> None:
+    """A name server that hangs while new addresses keep connecting: the threads' work stays
+    bounded (timed-out look-ups are not replaced by more queued behind them)."""
+    release = threading.Event()
+
+    async def scenario() -> None:
+        names = HostNames(lambda a: "h.example" if release.wait(10) else None, timeout=0.05,
+                          max_pending=2)
+        names.look_up("10.0.0.1")
+        names.look_up("10.0.0.2")
+        await wait_until_async(lambda: names.failures == 2, timeout=5)      # both timed out
+        names.look_up("10.0.0.3")
+        assert not names.pending("10.0.0.3") and names.lookups == 2 and names.running == 2
+        release.set()
+        await wait_until_async(lambda: names.running == 0, timeout=5)
+        names.look_up("10.0.0.3")
+        assert names.pending("10.0.0.3") and names.lookups == 3
+        names.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        release.set()
+
+
+def test_a_name_that_does_not_resolve_back_to_the_address_is_no_name(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whoever runs a client's reverse zone may name it anything: the name counts only when it
+    resolves back to the client's address (forward-confirmed, as Java's look-up)."""
+    def claims_localhost(address: str) -> tuple[str, list[str], list[str]]:
+        return "localhost", [], [address]
+
+    monkeypatch.setattr(socket, "gethostbyaddr", claims_localhost)
+    localhost = {info[4][0] for info in socket.getaddrinfo("localhost", None)}
+    assert "192.0.2.7" not in localhost
+    assert reverse_lookup("192.0.2.7") is None                  # the reverse zone's claim
+    if "127.0.0.1" in localhost:
+        assert reverse_lookup("127.0.0.1") == "localhost"       # confirmed
+        assert reverse_lookup("::ffff:127.0.0.1") == "localhost"
+
+
 def _control(resolve: object = lambda address: "localhost") -> AccessControl:
     control = AccessControl()
     control.host_names = HostNames(resolve)  # type: ignore[arg-type]
