@@ -14,8 +14,10 @@ Both have ``resetCounters`` (forget the recent connections the frequency
 limits count).  The rules of every active provider are merged and handed
 to the broker's :class:`~broker.transport.connection_limits.ConnectionLimits`,
 which asks them when a connection opens a virtual host
-(:mod:`broker.security.connection_limit_rules` says how they decide).  A
-rule without a period of its own takes its provider's default.
+(:mod:`broker.security.connection_limit_rules` says how they decide); each
+provider's rules limit on their own, as Broker-J chains its providers.  A
+rule without a period of its own takes its provider's default; a negative
+default turns off every frequency limit of the provider (Broker-J's rule).
 """
 
 from __future__ import annotations
@@ -107,8 +109,9 @@ class RulesBasedConnectionLimitProvider(BrokerConnectionLimitProvider):
                                   " blocked, countLimit, frequencyLimit, frequencyPeriod (ms)}")
     default_frequency_period = attribute(int, default=clt.DEFAULT_PERIOD_MS,
                                          description="The period of a frequency limit that"
-                                                     " names none, in ms (0 or less: frequency"
-                                                     " limits are off)")
+                                                     " names none, in ms (0: such limits are"
+                                                     " off; negative: every frequency limit"
+                                                     " of the provider is off)")
 
     def load_limits(self) -> ParsedLimits:
         rules = [rule_from_json(item, f"{self.label}: rule {i + 1}")
@@ -172,10 +175,13 @@ def apply(obj: ConfiguredObject) -> None:
         log_all = log_all or parsed.log_all
         default = parsed.default_period_ms / 1000
         for rule in parsed.rules:
-            if rule.frequency is not None and rule.frequency_period is None:
-                # the provider's default period; none (0 or less) turns the frequency off
-                rule = dataclasses.replace(rule, frequency_period=default if default > 0 else None,
-                                           frequency=rule.frequency if default > 0 else None)
+            rule = dataclasses.replace(rule, source=provider.name)
+            if rule.frequency is not None and (rule.frequency_period is None or default < 0):
+                # the provider's default period; 0 turns such a frequency limit off, and a
+                # negative default every one of the provider's (Broker-J's rule)
+                kept = default > 0
+                rule = dataclasses.replace(rule, frequency_period=default if kept else None,
+                                           frequency=rule.frequency if kept else None)
             if not rule.empty:
                 rules.append(rule)
     limits.rules.rules = rules

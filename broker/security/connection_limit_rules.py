@@ -20,9 +20,10 @@ A rule file (Broker-J's connection limit provider syntax)::
   a negative limit means no limit;
 * ``BLOCK``: the user may not connect on the port at all; ``port`` (default
   ``ALL``) names the AMQP port the rule applies to;
-* ``CONFIG default_frequency_period=<ms>`` (1 minute unless set; 0 or less
-  turns frequency limits off) and ``log_all=true`` (log every connection a
-  rule governs, not only those it refuses);
+* ``CONFIG default_frequency_period=<ms>`` (1 minute unless set; 0 turns
+  off the frequency limits that name no period, a negative period all of
+  the file's, as Broker-J) and ``log_all=true`` (log every connection a rule
+  governs, not only those it refuses);
 * ``ACL`` lines are skipped (the same file may hold a Broker-J ACL), and a
   rule that limits nothing is dropped, as Broker-J does.
 
@@ -31,7 +32,9 @@ For a connection of user ``u`` on port ``p``, the rules naming ``u`` (for
 count, the lowest frequency for each period, blocked if any blocks.  Without
 any, the rules of the groups ``u`` is in are merged the same way; without
 those, the ``ALL`` rules.  A user no rule names is not limited.  Counts and
-frequencies are per port.
+frequencies are per port.  Each provider's rules (:attr:`ConnectionLimitRule.source`)
+limit on their own, as Broker-J chains its providers: one provider's rule
+for ``u`` does not set aside another provider's ``ALL`` rule.
 
 :class:`RuleLimits` is what :class:`~broker.transport.connection_limits.ConnectionLimits`
 asks at open (:meth:`RuleLimits.refusal`) and tells what opened and closed.
@@ -69,7 +72,8 @@ class ConnectionLimitSyntaxError(LineError):
 
 @dataclass(frozen=True)
 class ConnectionLimitRule:
-    """One CLT rule.  ``frequency_period``: seconds (None: the rule set's default period)."""
+    """One CLT rule.  ``frequency_period``: seconds (None: the rule set's default period);
+    ``source``: the provider it comes from (each provider's rules limit on their own)."""
 
     identity: str
     port: str = ALL
@@ -77,6 +81,7 @@ class ConnectionLimitRule:
     frequency: int | None = None
     frequency_period: float | None = None
     blocked: bool = False
+    source: str = ""
 
     @property
     def empty(self) -> bool:
@@ -244,14 +249,24 @@ class RuleLimits:
     opened_at: dict[tuple[str, str], deque[float]] = field(default_factory=dict)
 
     def limit(self, user: str, groups: frozenset[str], port: str) -> Limit | None:
-        """The merged rule for ``user`` on ``port`` (None: no rule limits it)."""
-        on_port = [r for r in self.rules if r.port == ALL or r.port == port]
-        for chosen in ([r for r in on_port if r.identity == user],
-                       [r for r in on_port if r.identity in groups],
-                       [r for r in on_port if r.identity == ALL]):
-            if chosen:
-                return self._merged(chosen)
-        return None
+        """The merged rule for ``user`` on ``port`` (None: no rule limits it).
+
+        Within each source's rules, the user's, else its groups', else the ``ALL``
+        ones; what every source chose is merged most restrictive, which limits as
+        checking each source on its own would (the counters are the same)."""
+        sources: dict[str, list[ConnectionLimitRule]] = {}
+        for rule in self.rules:
+            if rule.port == ALL or rule.port == port:
+                sources.setdefault(rule.source, []).append(rule)
+        chosen: list[ConnectionLimitRule] = []
+        for on_port in sources.values():
+            for tier in ([r for r in on_port if r.identity == user],
+                         [r for r in on_port if r.identity in groups],
+                         [r for r in on_port if r.identity == ALL]):
+                if tier:
+                    chosen.extend(tier)
+                    break
+        return self._merged(chosen) if chosen else None
 
     def _merged(self, rules: list[ConnectionLimitRule]) -> Limit:
         counts = [r.count for r in rules if r.count is not None]

@@ -8,18 +8,33 @@ HTTP port answers.  :class:`Api` is a small httpx client for
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from broker.model import SystemConfig, load_system_config
 from tests.integration.conftest import DeltaMQProcess
 from tests.integration.support import BrokerEndpoint
 from tests.waiting import wait_until
 
 STARTUP_TIMEOUT = 30.0
 GUEST = ("guest", "guest")
+
+
+def memory_broker(tmp_path: Path, name: str) -> SystemConfig:
+    """A model of our own, in this process: an anonymous AMQP port and one memory virtual
+    host ``vh`` (node ``node``), data under ``tmp_path``."""
+    config = {"name": name, "authenticationproviders": [{"name": "anon", "type": "Anonymous"}],
+              "ports": [{"name": "amqp", "port": 0, "authenticationProvider": "anon"}],
+              "virtualhostnodes": [{"name": "node", "type": "memory",
+                                    "virtualHostInitialConfiguration": {"name": "vh"}}]}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return load_system_config(str(path), {"deltamq.data_dir": str(tmp_path / "data")})
 
 
 def wait_for_http(process: DeltaMQProcess) -> None:

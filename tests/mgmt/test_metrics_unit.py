@@ -3,7 +3,6 @@ add (a Broker statistic such as an alarm, a collector such as failed logins), vi
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,22 +11,18 @@ import pytest
 from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.model import SystemConfig, load_system_config
+from broker.model import SystemConfig
 from broker.model.attributes import DerivedAttribute
 from broker.model.broker import Broker
 from broker.model.configured_object import ConfiguredObject
 from mgmt import metrics
 
+from .conftest import memory_broker
+
 
 @pytest.fixture
 def system(tmp_path: Path) -> SystemConfig:
-    config = {"name": "metrics", "authenticationproviders": [{"name": "anon", "type": "Anonymous"}],
-              "ports": [{"name": "amqp", "port": 0, "authenticationProvider": "anon"}],
-              "virtualhostnodes": [{"name": "node", "type": "memory",
-                                    "virtualHostInitialConfiguration": {"name": "vh"}}]}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    return load_system_config(str(path), {"deltamq.data_dir": str(tmp_path / "data")})
+    return memory_broker(tmp_path, "metrics")
 
 
 def families(broker: ConfiguredObject, **options: Any) -> dict[str, Metric]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
@@ -11,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from broker.model import SystemConfig, load_system_config
+from broker.model import SystemConfig
 from mgmt.rates import CounterHistory, RateBook, RateSampler
 from mgmt.representation import Representer, ViewOptions
 from tests.integration.support import BrokerEndpoint
 
-from .conftest import Api
+from .conftest import Api, memory_broker
 
 COUNTERS = ("messagesIn", "bytesIn", "messagesOut", "bytesOut")
 
@@ -25,13 +24,7 @@ COUNTERS = ("messagesIn", "bytesIn", "messagesOut", "bytesOut")
 
 @pytest.fixture
 def system(tmp_path: Path) -> SystemConfig:
-    config = {"name": "rates", "authenticationproviders": [{"name": "anon", "type": "Anonymous"}],
-              "ports": [{"name": "amqp", "port": 0, "authenticationProvider": "anon"}],
-              "virtualhostnodes": [{"name": "node", "type": "memory",
-                                    "virtualHostInitialConfiguration": {"name": "vh"}}]}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    return load_system_config(str(path), {"deltamq.data_dir": str(tmp_path / "data")})
+    return memory_broker(tmp_path, "rates")
 
 
 def namespace(system: SystemConfig) -> Any:

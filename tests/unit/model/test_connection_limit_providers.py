@@ -92,6 +92,31 @@ def test_a_file_provider_reads_its_file_and_reloads_it(load: Loader, tmp_path: P
     limits.admit("amqp", -1, "bob", -1)
 
 
+def test_each_provider_limits_on_its_own(load: Loader) -> None:
+    broker = load(minimal_config(brokerconnectionlimitproviders=[
+        {"name": "everyone", "type": "RulesBased", "rules": ["CLT ALL connection_limit=1"]},
+        {"name": "alice", "type": "RulesBased", "rules": ["CLT alice connection_limit=5"]}])).broker
+    limits = outside_the_loop(broker.connection_limits)
+    limits.admit("amqp", -1, "alice", -1)
+    limits.opened("a1", "amqp", "alice")
+    with pytest.raises(ConnectionLimitReached, match="connection limit of 1"):
+        limits.admit("amqp", -1, "alice", -1)     # the other provider's rule for alice is laxer
+    broker.children("BrokerConnectionLimitProvider")[0].delete()
+    limits.admit("amqp", -1, "alice", -1)
+
+
+def test_a_negative_default_period_turns_every_frequency_limit_off(load: Loader) -> None:
+    broker = load(minimal_config(brokerconnectionlimitproviders=[{
+        "name": "limits", "type": "RulesBased", "defaultFrequencyPeriod": -1,
+        "rules": ["CLT alice connection_frequency_limit=1/1h",
+                  "CLT bob connection_frequency_limit=1/1h connection_limit=3"]}])).broker
+    limits = outside_the_loop(broker.connection_limits)
+    for user in ("alice", "bob"):
+        limits.opened(f"{user}1", "amqp", user)
+        limits.admit("amqp", -1, user, -1)        # a period of its own, but off (Broker-J)
+    assert [(r.identity, r.count, r.frequency) for r in limits.rules.rules] == [("bob", 3, None)]
+
+
 def test_a_bad_rule_refuses_the_provider(load: Loader) -> None:
     with pytest.raises(ConfigurationError, match="rule 1"):
         load(minimal_config(brokerconnectionlimitproviders=[{

@@ -27,6 +27,18 @@ class User:
     name: str
 
 
+def run_authentication(server: Any) -> None:
+    """Run the engine's pending SASL steps as the transport does (there in a worker thread;
+    SCRAM has two) and hand each result back with ``work_done``."""
+    while (auth := server.authentication) is not None:
+        try:
+            principal = auth()
+        except Exception as exc:
+            server.work_done(None, exc)
+        else:
+            server.work_done(principal)
+
+
 class FakeClock:
     def __init__(self) -> None:
         self.now = 1000.0
@@ -111,14 +123,7 @@ class Client:
     # -- sending ----------------------------------------------------------------
     def raw(self, data: bytes) -> None:
         self.server.receive_data(data)
-        # the transport runs each step of the SASL exchange in a worker thread (SCRAM: two)
-        while (auth := self.server.authentication) is not None:
-            try:
-                principal = auth()
-            except Exception as exc:
-                self.server.authentication_done(None, exc)
-            else:
-                self.server.authentication_done(principal)
+        run_authentication(self.server)
         self._read()
 
     def encode(self, channel: int, method: m.Method) -> bytes:

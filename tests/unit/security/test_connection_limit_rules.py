@@ -95,6 +95,22 @@ def test_the_user_then_its_groups_then_all() -> None:
     assert RuleLimits(parse("CLT alice BLOCK").rules).limit("bob", frozenset(), "amqp") is None
 
 
+def test_each_sources_rules_limit_on_their_own() -> None:
+    """As Broker-J chains its providers: one provider's rule for alice does not set aside
+    another provider's ALL rule."""
+    import dataclasses
+
+    everyone = [dataclasses.replace(r, source="everyone")
+                for r in parse("CLT ALL connection_limit=1").rules]
+    generous = [dataclasses.replace(r, source="generous")
+                for r in parse("CLT alice connection_limit=5\nCLT bob BLOCK").rules]
+    limits = RuleLimits(everyone + generous)
+    assert limits.limit("alice", frozenset(), "amqp") == Limit(count=1)
+    assert limits.limit("bob", frozenset(), "amqp") == Limit(blocked=True, count=1)
+    limits.opened("amqp", "alice")
+    assert "connection limit of 1" in limits.refusal("amqp", "alice", frozenset())
+
+
 def test_count_limit_counts_open_connections_per_port() -> None:
     limits = RuleLimits(parse("CLT alice connection_limit=2").rules)
     for _ in range(2):

@@ -13,7 +13,7 @@ from broker.protocol.amqp1_0.encoding import encode
 from broker.protocol.amqp1_0.framing import AMQP_HEADER, TYPE_AMQP, TYPE_SASL, Frame, encode_frame
 from broker.protocol.detect import AmqpVersion
 
-from ..harness import FakeHost
+from ..harness import FakeHost, run_authentication
 
 _SIZE = struct.Struct(">I")
 
@@ -55,14 +55,7 @@ class Client10:
     # -- sending ------------------------------------------------------------------------
     def raw(self, data: bytes) -> None:
         self.server.receive_data(data)
-        # the transport runs each step of the SASL exchange in a worker thread (SCRAM: two)
-        while (auth := self.server.authentication) is not None:
-            try:
-                principal = auth()
-            except Exception as exc:
-                self.server.work_done(None, exc)
-            else:
-                self.server.work_done(principal)
+        run_authentication(self.server)
         self._read()
 
     def send(self, performative: Performative, channel: int = 0, payload: bytes = b"") -> None:
