@@ -109,16 +109,21 @@ class TlsPortAttributes:
                                      " need 'trustStores' to verify client certificates with")
         return key_store, trust_stores
 
-    def tls_context(self) -> ssl.SSLContext:
-        """The server context for the next TLS connection (ConfigurationError when it cannot
-        be made: no key store, a cipher list OpenSSL does not know...)."""
-        port = cast(Any, self)
+    def _tls_stamp(self) -> tuple[tuple[Any, ...], KeyStore, list[TrustStore]]:
+        """What the context is made of: (a stamp that changes with any of it, the stores)."""
         key_store, trust_stores = self._stores()
         assert key_store is not None
         stamp = (key_store.name, key_store.generation,
                  tuple((t.name, t.generation) for t in trust_stores),
                  self.need_client_auth, self.want_client_auth,
                  tuple(self.tls_protocol_allow_list), tuple(self.tls_cipher_suite_allow_list))
+        return stamp, key_store, trust_stores
+
+    def tls_context(self) -> ssl.SSLContext:
+        """The server context for the next TLS connection (ConfigurationError when it cannot
+        be made: no key store, a cipher list OpenSSL does not know...)."""
+        port = cast(Any, self)
+        stamp, key_store, trust_stores = self._tls_stamp()
         cached = self._tls_cache
         if cached is not None and cached[0] == stamp:
             return cached[1]
@@ -147,7 +152,9 @@ class TlsPortAttributes:
 
     def connection_tls_context(self) -> ssl.SSLContext:
         """:meth:`tls_context` for a connection being accepted: if a new context cannot be
-        made, the last one serves (logged), so no connection meets a configuration error."""
+        made, the last one serves (logged), so no connection meets a configuration error.
+        It is tried once per change: until the stores or the attributes change again, the
+        last context serves every connection without another try (nor another log line)."""
         try:
             return self.tls_context()
         except ConfigurationError as exc:
@@ -155,4 +162,8 @@ class TlsPortAttributes:
             if cached is None:
                 raise
             log.error("%s keeps its TLS context: %s", cast(Any, self).label, exc.text or exc)
+            try:
+                self._tls_cache = (self._tls_stamp()[0], cached[1])
+            except ConfigurationError:
+                pass                    # a store gone: tried again next time
             return cached[1]

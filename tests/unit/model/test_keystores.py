@@ -198,6 +198,34 @@ def test_a_failed_reload_keeps_the_certificate_in_use(load: Loader, pki: Pki) ->
     assert keystore.subject_name == "CN=localhost,O=DeltaMQ"
 
 
+def test_a_context_that_cannot_be_made_is_tried_once_per_change(
+        load: Loader, pki: Pki, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A reloaded store OpenSSL refuses (a key too small for its security level): the port
+    keeps serving its last context, and does not try again (nor log) for every connection."""
+    from broker.model import port_tls
+
+    broker = load(tls_config(pki)).broker
+    [port] = broker.ports()
+    keystore = broker.child("KeyStore", "server")
+    context = port.connection_tls_context()  # type: ignore[attr-defined]
+    tries: list[object] = []
+
+    def refused(*args: object, **kwargs: object) -> ssl.SSLContext:
+        tries.append(args)
+        raise ConfigurationError("OpenSSL refuses the key or certificate: ee key too small")
+
+    monkeypatch.setattr(port_tls, "server_context", refused)
+    keystore.reload()  # type: ignore[union-attr]
+    for _ in range(3):                               # three connections accepted
+        assert port.connection_tls_context() is context  # type: ignore[attr-defined]
+    assert len(tries) == 1
+    assert len([r for r in caplog.records if "keeps its TLS context" in r.getMessage()]) == 1
+    keystore.reload()  # type: ignore[union-attr]   # a change: tried again
+    assert port.connection_tls_context() is context  # type: ignore[attr-defined]
+    assert len(tries) == 2
+
+
 def test_auto_generated_key_store_is_made_once(load: Loader, tmp_path: Path,
                                                 caplog: pytest.LogCaptureFixture) -> None:
     config = minimal_config()
