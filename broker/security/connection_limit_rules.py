@@ -94,7 +94,8 @@ class ConnectionLimitRule:
         if self.count is not None:
             parts.append(f"connection_limit={self.count}")
         if self.frequency is not None:
-            period = "" if self.frequency_period is None else f"/{self.frequency_period:g}S"
+            period = "" if self.frequency_period is None else \
+                f"/{self.frequency_period:.3f}".rstrip("0").rstrip(".") + "S"   # never 1e+06
             parts.append(f"connection_frequency_limit={self.frequency}{period}")
         return " ".join(parts)
 

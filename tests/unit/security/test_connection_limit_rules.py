@@ -74,6 +74,13 @@ def test_a_rule_is_written_back_as_it_reads() -> None:
         assert parse_rule(rule.text()) == rule
 
 
+@pytest.mark.parametrize("seconds", [60.0, 0.5, 1_209_600.0, 100_000.25])
+def test_a_rules_text_reads_back_as_the_same_rule(seconds: float) -> None:
+    """extractRules writes what loadFromFile reads (two weeks once came out as 1.2096e+06S)."""
+    rule = ConnectionLimitRule("alice", "amqp", count=3, frequency=10, frequency_period=seconds)
+    assert parse_rule(rule.text()) == rule
+
+
 # -- deciding -----------------------------------------------------------------------------
 
 def test_a_users_rules_merge_into_the_most_restrictive() -> None:
