@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import MISSING, fields
-from pathlib import Path
 
 import pytest
 
 from broker.protocol.amqp1_0 import definitions as d
 from broker.protocol.amqp1_0.composite import DeliveryState, Outcome, Performative, SaslFrame, Section
 from broker.protocol.amqp1_0.types import decode, encode
-
-ROOT = Path(__file__).resolve().parents[4]
+from tests.generators import ROOT, load_generator
 
 
 def test_definitions_module_is_up_to_date_with_the_specs() -> None:
-    spec = importlib.util.spec_from_file_location("gen_amqp1_0", ROOT / "tools" / "gen_amqp1_0.py")
-    assert spec is not None and spec.loader is not None
-    generator = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = generator          # dataclasses look their module up
-    try:
-        spec.loader.exec_module(generator)
-    finally:
-        del sys.modules[spec.name]
+    generator = load_generator("gen_amqp1_0")
     committed = (ROOT / "broker" / "protocol" / "amqp1_0" / "definitions.py").read_text()
     assert generator.generate(ROOT / "specs" / "amqp-1.0") == committed, "run: python tools/gen_amqp1_0.py"
 
