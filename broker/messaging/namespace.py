@@ -237,17 +237,23 @@ class Namespace(Routing):
                                     arguments: dict[str, Any] | None) -> None:
         if exchange.type != type:
             raise self._inequivalent("exchange", exchange.name, "type", f"'{type}'", f"'{exchange.type}'")
-        for field, received, current in (("durable", durable, exchange.durable),
-                                         ("auto_delete", auto_delete, exchange.auto_delete),
-                                         ("internal", internal, exchange.internal)):
-            if received != current:
-                raise self._inequivalent("exchange", exchange.name, field,
-                                         f"'{_flag(received)}'", f"'{_flag(current)}'")
-        differs = inequivalent_argument(exchange.arguments, arguments, EQUIVALENCE_CHECKED_EXCHANGE_ARGS)
+        self._check_equivalence("exchange", exchange.name,
+                                (("durable", durable, exchange.durable),
+                                 ("auto_delete", auto_delete, exchange.auto_delete),
+                                 ("internal", internal, exchange.internal)),
+                                exchange.arguments, arguments, EQUIVALENCE_CHECKED_EXCHANGE_ARGS)
+
+    def _check_equivalence(self, kind: str, name: str, flags: tuple[tuple[str, bool, bool], ...],
+                           current: dict[str, Any] | None, arguments: dict[str, Any] | None,
+                           checked: frozenset[str]) -> None:
+        """The first flag ``(field, received, current)`` or checked argument that differs fails."""
+        for field, received, now in flags:
+            if received != now:
+                raise self._inequivalent(kind, name, field, f"'{_flag(received)}'", f"'{_flag(now)}'")
+        differs = inequivalent_argument(current, arguments, checked)
         if differs is not None:
             key, theirs, mine = differs
-            raise self._inequivalent("exchange", exchange.name, key,
-                                     describe_value(theirs), describe_value(mine))
+            raise self._inequivalent(kind, name, key, describe_value(theirs), describe_value(mine))
 
     def _check_arguments(self, kind: str, name: str, arguments: dict[str, Any] | None,
                          known: frozenset[str]) -> None:
@@ -374,16 +380,10 @@ class Namespace(Routing):
 
     def _check_queue_equivalence(self, queue: Queue, durable: bool, auto_delete: bool,
                                  arguments: dict[str, Any] | None) -> None:
-        for field, received, current in (("durable", durable, queue.durable),
-                                         ("auto_delete", auto_delete, queue.auto_delete)):
-            if received != current:
-                raise self._inequivalent("queue", queue.name, field,
-                                         f"'{_flag(received)}'", f"'{_flag(current)}'")
-        differs = inequivalent_argument(queue.arguments, arguments, EQUIVALENCE_CHECKED_QUEUE_ARGS)
-        if differs is not None:
-            key, theirs, mine = differs
-            raise self._inequivalent("queue", queue.name, key,
-                                     describe_value(theirs), describe_value(mine))
+        self._check_equivalence("queue", queue.name,
+                                (("durable", durable, queue.durable),
+                                 ("auto_delete", auto_delete, queue.auto_delete)),
+                                queue.arguments, arguments, EQUIVALENCE_CHECKED_QUEUE_ARGS)
 
     def delete_queue(self, name: str, *, if_unused: bool = False, if_empty: bool = False,
                      owner: object | None = None) -> int:
