@@ -248,6 +248,8 @@ class RuleLimits:
     open_now: Counter[tuple[str, str]] = field(default_factory=Counter)
     #: (port, user) -> when its recent connections opened, oldest first
     opened_at: dict[tuple[str, str], deque[float]] = field(default_factory=dict)
+    #: (port, user) -> the longest frequency period its last admission found (0: none)
+    _window: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def limit(self, user: str, groups: frozenset[str], port: str) -> Limit | None:
         """The merged rule for ``user`` on ``port`` (None: no rule limits it).
@@ -286,9 +288,10 @@ class RuleLimits:
     def refusal(self, port: str, user: str, groups: frozenset[str]) -> str:
         """Why ``user`` may not open one more connection on ``port`` now ("" when it may)."""
         limit = self.limit(user, groups, port)
-        if limit is None:
-            return ""
         key = (port, user)
+        if limit is None:
+            self._window[key] = 0.0
+            return ""
         if limit.blocked:
             return f"user '{user}' is blocked on port '{port}' by a connection limit rule"
         if limit.count is not None and self.open_now[key] >= limit.count:
@@ -304,6 +307,7 @@ class RuleLimits:
         if self.log_all:
             log.info("connection limit rules: user '%s' on port '%s': %d open", user, port,
                      self.open_now[key])
+        self._window[key] = max((period for period, _most in limit.frequencies), default=0.0)
         return ""
 
     def opened(self, port: str, user: str) -> None:
@@ -311,9 +315,14 @@ class RuleLimits:
         self.open_now[key] += 1
         if not self.rules:
             return
+        longest = self._window.pop(key, None)
+        if longest is None:             # not admitted through refusal(): any rule's period
+            longest = max((r.frequency_period or self.default_period_ms / 1000 for r in self.rules
+                           if r.frequency is not None), default=0.0)
+        if longest <= 0:                # no frequency limit of its own: nothing to remember
+            self.opened_at.pop(key, None)
+            return
         now = self.clock()
-        longest = max((r.frequency_period or self.default_period_ms / 1000 for r in self.rules
-                       if r.frequency is not None), default=0.0)
         recent = self.opened_at.setdefault(key, deque())
         recent.append(now)
         while recent and now - recent[0] >= longest:

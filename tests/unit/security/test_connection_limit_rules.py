@@ -146,6 +146,21 @@ def test_frequency_limit_counts_connections_opened_within_the_period() -> None:
     assert limits.refusal("amqp", "alice", frozenset()) == ""
 
 
+def test_only_users_with_a_frequency_limit_have_their_openings_remembered() -> None:
+    """A user another rule's long period does not concern churns connections: nothing of it
+    is kept (Broker-J keeps registration times only for users with a frequency limit)."""
+    limits = RuleLimits(parse("CLT ALL connection_limit=100\n"
+                              "CLT bob connection_frequency_limit=10/1h").rules)
+    for _ in range(50):
+        assert limits.refusal("amqp", "alice", frozenset()) == ""
+        limits.opened("amqp", "alice")
+        limits.closed("amqp", "alice")
+    assert ("amqp", "alice") not in limits.opened_at
+    assert limits.refusal("amqp", "bob", frozenset()) == ""
+    limits.opened("amqp", "bob")
+    assert len(limits.opened_at[("amqp", "bob")]) == 1
+
+
 def test_a_blocked_user_is_refused_on_its_port_only() -> None:
     limits = RuleLimits(parse("CLT mallory BLOCK port=amqp").rules)
     assert "blocked on port 'amqp'" in limits.refusal("amqp", "mallory", frozenset())
