@@ -431,6 +431,9 @@ class AmqpConnection10(OutputQueue):
         if wake:
             self.on_output()
 
+    #: one frame (or any bytes) to write
+    write_frame = _write
+
     def write_frames(self, frames: list[bytes] | tuple[bytes]) -> None:
         wake = not self._out
         self._out.extend(frames)

@@ -582,9 +582,8 @@ class SendingLink(DeliveryFaults, LinkEndpoint10):
             payload = transfer_payload_parts(entry.message, delivery_count=count, first_acquirer=count == 0)
             frame = transfer_frame(session.channel, self.handle, delivery_id, tag, self.no_ack, payload,
                                    self.connection.max_frame_size)
-        if frame is not None:
-            frames: list[bytes] | tuple[bytes] = (frame,)
-        else:
+        frames: list[bytes] | None = None
+        if frame is None:
             payload = transfer_payload_parts(entry.message, delivery_count=count, first_acquirer=count == 0)
             transfer = Transfer(handle=self.handle, delivery_id=delivery_id, delivery_tag=tag,
                                 message_format=0, settled=self.no_ack)
@@ -596,7 +595,10 @@ class SendingLink(DeliveryFaults, LinkEndpoint10):
             if self.link is not None and self.browser is None:    # a browser's copies resume as nothing
                 self.namespace.links.record_unsettled(self.link, tag, NULL_STATE)
         self.connection.messages_sent += 1
-        session.send_transfer_frames(frames)
+        if frame is not None:
+            session.send_transfer_frame(frame)
+        else:
+            session.send_transfer_frames(frames or [])
 
     def queue_deleted(self, queue: Queue) -> None:
         self.close_with(Error(condition=AmqpErrorCondition.RESOURCE_DELETED,
