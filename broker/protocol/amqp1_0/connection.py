@@ -308,14 +308,16 @@ class AmqpConnection10(OutputQueue):
 
     # -- AMQP frames -------------------------------------------------------------------------
     def _amqp_frames(self, data: bytes) -> None:
+        closed, open_ = State.CLOSED, State.OPEN
         for frame_type, channel, body in self._reader.bodies(data):
-            if self.state is State.CLOSED:
+            state = self.state
+            if state is closed:
                 return
             if not body:
                 continue                      # a heartbeat
             if frame_type != TYPE_AMQP:
                 raise DecodeError(f"frame of type 0x{frame_type:02x} after the SASL exchange", 0)
-            if self.state is State.OPEN and whole_transfer(self, channel, body):
+            if state is open_ and whole_transfer(self, channel, body):
                 continue                      # a whole delivery in one usual transfer (.transfer_arrival)
             performative, payload = performative_of(frame_type, channel, body)
             self._performative(channel, performative, payload)

@@ -423,8 +423,8 @@ class ReceivingLink(LinkEndpoint10):
             return
         if settled:
             return
-        journal = getattr(ns, "journal", None)
-        after = journal.pending if message.journal_id and journal is not None else None
+        journal = getattr(ns, "journal", None) if message.journal_id else None
+        after = journal.pending if journal is not None else None
         if self._second:
             self.receipts.accept(delivery_id, self._tag, after)
         else:
