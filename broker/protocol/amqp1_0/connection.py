@@ -75,6 +75,11 @@ class State(enum.Enum):
 class AmqpConnection10(OutputQueue):
     """One client connection speaking AMQP 1.0."""
 
+    #: bytes of a read handled before the output is written (the transport hands a larger
+    #: read over in slices): a publisher gets its ``accepted`` and the consumers their
+    #: deliveries every few dozen transfers, not once per read of up to 256 KB
+    input_slice = 16384
+
     def __init__(self, host: ProtocolHost, version: AmqpVersion, *, remote_host: str,
                  remote_port: int = 0, port_name: str = "AMQP") -> None:
         from .session import Session
