@@ -126,6 +126,8 @@ class AmqpProtocol(asyncio.Protocol):
         self._open_deadline = 0.0
         self._lingering = False
         self._failed = False
+        #: the engine's ``input_slice`` (0: a read is handed over whole)
+        self._input_slice = 0
 
     # -- asyncio.Protocol ---------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -157,6 +159,15 @@ class AmqpProtocol(asyncio.Protocol):
         engine = self.engine
         assert engine is not None
         self._last_received = self._loop.time()
+        step = self._input_slice
+        if step and len(data) > step:
+            # the engine asked for large reads in slices, its output written after each
+            for start in range(0, len(data), step):
+                engine.receive_data(data[start:start + step])
+                self._flush()
+                if self._finished is not None or self.transport is None:
+                    return
+            return
         engine.receive_data(data)
         self._flush()
 
@@ -201,6 +212,7 @@ class AmqpProtocol(asyncio.Protocol):
         engine = self.engine = self.engine_factory(detector.version, host, port)
         engine.on_output = self._schedule_flush
         engine.on_event = self._event
+        self._input_slice = getattr(engine, "input_slice", 0)
         self.registry.connections.add(self)
         engine.start()
         self._rearm(IDLE_TICK)

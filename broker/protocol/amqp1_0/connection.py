@@ -75,6 +75,11 @@ class State(enum.Enum):
 class AmqpConnection10(OutputQueue):
     """One client connection speaking AMQP 1.0."""
 
+    #: bytes of a read handled before the output is written (the transport hands a larger
+    #: read over in slices): a publisher gets its ``accepted`` and the consumers their
+    #: deliveries every few dozen transfers, not once per read of up to 256 KB
+    input_slice = 16384
+
     def __init__(self, host: ProtocolHost, version: AmqpVersion, *, remote_host: str,
                  remote_port: int = 0, port_name: str = "AMQP") -> None:
         from .session import Session
@@ -308,14 +313,16 @@ class AmqpConnection10(OutputQueue):
 
     # -- AMQP frames -------------------------------------------------------------------------
     def _amqp_frames(self, data: bytes) -> None:
+        closed, open_ = State.CLOSED, State.OPEN
         for frame_type, channel, body in self._reader.bodies(data):
-            if self.state is State.CLOSED:
+            state = self.state
+            if state is closed:
                 return
             if not body:
                 continue                      # a heartbeat
             if frame_type != TYPE_AMQP:
                 raise DecodeError(f"frame of type 0x{frame_type:02x} after the SASL exchange", 0)
-            if self.state is State.OPEN and whole_transfer(self, channel, body):
+            if state is open_ and whole_transfer(self, channel, body):
                 continue                      # a whole delivery in one usual transfer (.transfer_arrival)
             performative, payload = performative_of(frame_type, channel, body)
             self._performative(channel, performative, payload)
@@ -430,6 +437,9 @@ class AmqpConnection10(OutputQueue):
         self._out_bytes += len(data)
         if wake:
             self.on_output()
+
+    #: one frame (or any bytes) to write
+    write_frame = _write
 
     def write_frames(self, frames: list[bytes] | tuple[bytes]) -> None:
         wake = not self._out

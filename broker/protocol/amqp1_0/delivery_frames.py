@@ -32,7 +32,7 @@ from .encoding import FALSE, TRUE, enc_uint, encode
 from .values import DecodeError
 
 __all__ = ["transfer_frame", "accepted_frame", "payload_as_received", "payload_parts", "received_header", "remembered",
-           "next_section", "USUAL_METADATA", "TAG"]
+           "next_section", "USUAL_METADATA", "TAG", "first_payload_head"]
 
 _FRAME_HEADER: Final = Struct(">IBBH").pack
 _U32_PACK: Final = Struct(">I").pack
@@ -169,7 +169,7 @@ class _Layout:
     """Where the parts of a payload are in native metadata: its header section as received (``b""``:
     none), the sections between header and body, the footer, and the header a first delivery gets."""
 
-    __slots__ = ("header", "middle", "footer", "first_header", "vbin8")
+    __slots__ = ("header", "middle", "footer", "first_header", "vbin8", "first_heads")
 
     def __init__(self, native: bytes, header: bytes, start: int, footer: int) -> None:
         self.header = header
@@ -177,6 +177,8 @@ class _Layout:
         self.footer = native[footer:]
         self.vbin8 = native[0] == _VBIN8
         self.first_header = _rewritten_header(header, 0, True)      # (DecodeError: none at all)
+        #: body size -> (a first delivery's payload before the body, the footer): first_payload_head
+        self.first_heads: dict[int, tuple[bytes, bytes]] = {}
 
 
 #: native metadata -> its layout, or None where :func:`payload_as_received` does not apply
@@ -233,6 +235,33 @@ def payload_parts(native: bytes, body: bytes, delivery_count: int,
     size = len(body)
     data = _DATA8[size] if size <= 255 and layout.vbin8 else _DATA_HEADER + b"\xb0" + _U32(size)
     return header, layout.middle, data, body, layout.footer
+
+
+#: body sizes a layout keeps the first delivery's payload head for (one publisher: a few)
+_FIRST_HEADS_MAX: Final = 64
+
+
+def first_payload_head(native: bytes, size: int) -> tuple[bytes, bytes] | None:
+    """What :func:`payload_parts` gives a first delivery (delivery-count 0, first-acquirer) of a
+    body of ``size`` octets, as two parts: everything before the body in one, and the footer;
+    None where that is None."""
+    try:
+        layout = _LAYOUTS[native]
+    except KeyError:
+        if not native:
+            return None
+        layout = remembered(_LAYOUTS, native, _layout(native))
+    if layout is None:
+        return None
+    head = layout.first_heads.get(size)
+    if head is None:
+        data = _DATA8[size] if size <= 255 and layout.vbin8 else _DATA_HEADER + b"\xb0" + _U32(size)
+        head = (layout.first_header + layout.middle + data, layout.footer)
+        heads = layout.first_heads
+        if len(heads) >= _FIRST_HEADS_MAX:
+            heads.clear()
+        heads[size] = head
+    return head
 
 
 def payload_as_received(native: bytes, body: bytes, delivery_count: int, first_acquirer: bool) -> bytes | None:

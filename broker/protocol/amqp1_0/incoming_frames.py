@@ -52,6 +52,8 @@ class BodyReader(FrameReader):
         limit = self.max_frame_size
         out: list[tuple[int, int, bytes]] = []
         append = out.append
+        #: the buffer as bytes, copied once a frame is complete: each body one slice of it
+        whole = b""
         try:
             while not self._expect_header and have - pos >= FRAME_HEADER_SIZE:
                 size, doff, frame_type, channel = _UNPACK_HEADER(buf, pos)
@@ -61,7 +63,9 @@ class BodyReader(FrameReader):
                 end = pos + size
                 if have < end:
                     break
-                append((frame_type, channel, bytes(buf[pos + doff * 4:end])))
+                if not whole:
+                    whole = bytes(buf)
+                append((frame_type, channel, whole[pos + doff * 4:end]))
                 pos = end
         finally:
             self._pos = pos

@@ -47,6 +47,7 @@ from .definitions import (Accepted, Attach, Coordinator, Detach, Disposition, Er
                           TransactionalState, Transfer)
 from .delivery_faults import DeliveryFaults
 from .delivery_frames import transfer_frame
+from .first_delivery import FirstTransfers
 from .terminus_fields import source_of, target_of, terminus_of
 from .dynamic_nodes import (TEMPORARY_QUEUE_PREFIX, answer_target, dynamic_source_fields, make_dynamic_node,
                             needs_node)
@@ -422,8 +423,8 @@ class ReceivingLink(LinkEndpoint10):
             return
         if settled:
             return
-        journal = getattr(ns, "journal", None)
-        after = journal.pending if message.journal_id and journal is not None else None
+        journal = getattr(ns, "journal", None) if message.journal_id else None
+        after = journal.pending if journal is not None else None
         if self._second:
             self.receipts.accept(delivery_id, self._tag, after)
         else:
@@ -487,6 +488,7 @@ class SendingLink(DeliveryFaults, LinkEndpoint10):
         self.model: Any = None
         self.browser: QueueBrowser | None = None         # distribution-mode copy: it takes nothing
         self.binding_key: str | None = None              # from a legacy binding filter
+        self.first_transfers = FirstTransfers(session.channel, self.handle, self.tag_prefix, self.no_ack)
 
     def requested_terminus(self) -> Terminus | None:
         terminus = terminus_of(self.peer_attach.source)
@@ -573,13 +575,16 @@ class SendingLink(DeliveryFaults, LinkEndpoint10):
         delivery_id = session.next_delivery_id
         session.next_delivery_id = (delivery_id + 1) & 0xFFFFFFFF
         count = entry.delivery_count
-        payload = transfer_payload_parts(entry.message, delivery_count=count, first_acquirer=count == 0)
         tag = self.tag_prefix + _TAG.pack(delivery_id)
-        frame = transfer_frame(session.channel, self.handle, delivery_id, tag, self.no_ack, payload,
-                               self.connection.max_frame_size)
-        if frame is not None:
-            frames: list[bytes] | tuple[bytes] = (frame,)
-        else:
+        frame = self.first_transfers.frame(delivery_id, entry.message, self.connection.max_frame_size) \
+            if count == 0 else None
+        if frame is None:
+            payload = transfer_payload_parts(entry.message, delivery_count=count, first_acquirer=count == 0)
+            frame = transfer_frame(session.channel, self.handle, delivery_id, tag, self.no_ack, payload,
+                                   self.connection.max_frame_size)
+        frames: list[bytes] | None = None
+        if frame is None:
+            payload = transfer_payload_parts(entry.message, delivery_count=count, first_acquirer=count == 0)
             transfer = Transfer(handle=self.handle, delivery_id=delivery_id, delivery_tag=tag,
                                 message_format=0, settled=self.no_ack)
             frames = transfer_frames(session.channel, transfer, b"".join(payload), self.connection.max_frame_size)
@@ -590,7 +595,10 @@ class SendingLink(DeliveryFaults, LinkEndpoint10):
             if self.link is not None and self.browser is None:    # a browser's copies resume as nothing
                 self.namespace.links.record_unsettled(self.link, tag, NULL_STATE)
         self.connection.messages_sent += 1
-        session.send_transfer_frames(frames)
+        if frame is not None:
+            session.send_transfer_frame(frame)
+        else:
+            session.send_transfer_frames(frames or [])
 
     def queue_deleted(self, queue: Queue) -> None:
         self.close_with(Error(condition=AmqpErrorCondition.RESOURCE_DELETED,

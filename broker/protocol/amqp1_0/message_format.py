@@ -204,7 +204,8 @@ def message_from_transfer(payload: bytes, *, exchange: str, routing_key: str, ar
     of order, or the message has no body (spec 3.2: a body is one or more
     data, one or more amqp-sequence, or one amqp-value section).
     """
-    payload = bytes(payload)
+    if type(payload) is not bytes:
+        payload = bytes(payload)
     usual = split_as_received(payload)
     if usual is not None:
         return Message(exchange=exchange, routing_key=routing_key, body=usual[1],

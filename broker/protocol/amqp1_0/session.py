@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from broker import errors
 
 from .composite import Performative
+from .connection import State
 from .conditions import AmqpErrorCondition, ProtocolFault, Scope, SessionErrorCondition, error_of
 from .definitions import (Attach, Begin, Coordinator, Detach, Disposition, End, Error, Flow, Rejected,
                           Transfer)
@@ -40,6 +41,7 @@ INCOMING_WINDOW = 4096
 OUTGOING_WINDOW = 0x7FFFFFFF
 HANDLE_MAX = 1023
 _SERIAL = 0xFFFFFFFF
+OPEN = State.OPEN
 
 
 class Session:
@@ -269,8 +271,9 @@ class Session:
 
     # -- output and dispatch -----------------------------------------------------------------
     def can_send(self) -> bool:
-        return self.remote_incoming_window > 0 and self.connection.writable and not self.ending \
-            and self.connection.is_open
+        connection = self.connection
+        return self.remote_incoming_window > 0 and not self.ending and connection.state is OPEN \
+            and connection.writable
 
     def send_transfer_frames(self, frames: list[bytes] | tuple[bytes]) -> None:
         count = len(frames)
@@ -278,6 +281,13 @@ class Session:
         window = self.remote_incoming_window - count
         self.remote_incoming_window = window if window > 0 else 0
         self.connection.write_frames(frames)
+
+    def send_transfer_frame(self, frame: bytes) -> None:
+        """:meth:`send_transfer_frames` of one frame."""
+        self.next_outgoing_id = (self.next_outgoing_id + 1) & _SERIAL
+        window = self.remote_incoming_window - 1
+        self.remote_incoming_window = window if window > 0 else 0
+        self.connection.write_frame(frame)
 
     def take_delivery_id(self) -> int:
         delivery_id = self.next_delivery_id

@@ -69,6 +69,15 @@ class TransferShape:
         self.settled = settled
 
 
+    def delivery_id(self, body: bytes) -> int:
+        """The delivery-id of a transfer ``body`` of this shape; -1 for a body of another shape."""
+        if len(body) >= self.end and body.startswith(self.head) and body.startswith(self.tag_mark, self.tag_mark_at) \
+                and body.startswith(self.tail, self.tail_at):
+            width = self.id_width
+            at = self.id_at
+            return _U32(body, at)[0] if width == 4 else body[at] if width else 0
+        return -1
+
     @classmethod
     def nothing(cls) -> TransferShape:
         """The shape before the first whole transfer: it matches no body (none is that long)."""
@@ -95,13 +104,9 @@ def whole_fields(holder: ShapeHolder, body: bytes) -> tuple[int, int, bool, int]
     whole delivery (``more`` false) in one usual transfer; None for any other body.  The shape of
     the last one is kept in ``holder.transfer_shape``."""
     shape = holder.transfer_shape
-    end = shape.end
-    if len(body) >= end and body.startswith(shape.head) and body.startswith(shape.tag_mark, shape.tag_mark_at) \
-            and body.startswith(shape.tail, shape.tail_at):
-        width = shape.id_width
-        at = shape.id_at
-        delivery_id = _U32(body, at)[0] if width == 4 else body[at] if width else 0
-        return shape.handle, delivery_id, shape.settled, end
+    delivery_id = shape.delivery_id(body)
+    if delivery_id >= 0:
+        return shape.handle, delivery_id, shape.settled, shape.end
     fields = usual_transfer_fields(body)
     if fields is None or fields[5]:
         return None
@@ -116,6 +121,10 @@ def whole_transfer(connection: AmqpConnection10, channel: int, body: bytes) -> b
     session = connection.sessions.get(channel)
     if session is None or channel > connection.channel_max:
         return False
+    shape = session.transfer_shape
+    delivery_id = shape.delivery_id(body)
+    if delivery_id >= 0:                  # laid out as the last one: no tuple of fields
+        return session.whole_transfer(shape.handle, delivery_id, shape.settled, body[shape.end:])
     fields = whole_fields(session, body)
     if fields is None:
         return False
