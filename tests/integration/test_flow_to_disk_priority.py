@@ -104,11 +104,12 @@ def test_a_lazy_priority_queue_pages_every_level_and_is_recovered_paged() -> Non
         wait_until(lambda: answers(proc, QUEUE), 30, what="the REST API after the restart")
         attributes = queue_attributes(proc, QUEUE)
         assert statistic(attributes, "queueDepthMessages") == COUNT - first
-        # all but what the consumer had prefetched (delivered before: read back with their bodies)
-        assert statistic(attributes, "messagesPagedOut") >= COUNT - first - 100
+        # all but what was out with the consumer (delivered before: read back with their bodies); with
+        # acks in transactions that is its prefetch and a few more (an ack frees credit before its commit)
+        assert statistic(attributes, "messagesPagedOut") >= COUNT - first - 200
         assert "paged, bodies left on disk" in proc.log_tail(200_000)
         rest = consume(proc.amqp_port, COUNT - first)
         check(rest, ORDER[first:])
-        assert not any(redelivered for _, _, _, redelivered in rest[100:])
+        assert not any(redelivered for _, _, _, redelivered in rest[200:])
     finally:
         proc.stop()
