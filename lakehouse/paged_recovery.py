@@ -6,15 +6,16 @@ backlog -- a durable queue is lazy (``x-queue-mode: lazy``), or the journal's
 data files are larger than the broker's ``broker.flowToDiskThreshold`` --
 :func:`recover_paged` recovers instead from the live messages *without the
 body column* (:data:`LIVE_IDS_SQL`: queue, id, deliveries, body size,
-persistence), read batch by batch:
+persistence, priority), read batch by batch:
 
 * the fresh persistent messages of every queue that can page
   (:func:`~broker.messaging.flow_to_disk.page_reader_of`) are restored as
-  journal ids and sizes into its segments (:meth:`PagedQueue.restore_paged
-  <broker.messaging.paged_queue.PagedQueue.restore_paged>`): 12 bytes
-  each, read back when consumers reach them;
-* the others -- messages of queues that cannot page (priority, sorted,
-  last-value) and messages delivered before (they come back marked
+  journal ids and sizes into its segments (:meth:`PagedStorage.restore_paged
+  <broker.messaging.paged_storage.PagedStorage.restore_paged>`; a priority
+  queue's by the ``priority`` property): 12 bytes each, read back when
+  consumers reach them;
+* the others -- messages of queues that cannot page (sorted, last-value)
+  and messages delivered before (they come back marked
   redelivered, as entries) -- are read with their bodies by id
   (:class:`lakehouse.message_pages.MessagePages`) and restored as usual.
 
@@ -32,7 +33,8 @@ from typing import TYPE_CHECKING, Final
 
 from broker.messaging.flow_to_disk import page_reader_of
 from broker.messaging.journal import DROPPED
-from broker.messaging.paged_queue import PagedQueue, start_paging
+from broker.messaging.paged_queue import start_paging
+from broker.messaging.paged_storage import PagedStorage
 
 from .journal_schema import ENQUEUE, SETTLE, TRANSIENT
 from .journal_writer import LIVE_CTES, journal_sql, read_watermark
@@ -52,10 +54,11 @@ log = logging.getLogger(__name__)
 LIVE_IDS_SQL: Final = LIVE_CTES + f"""
 , sizes AS (
     SELECT message_id, length(encode(body, 'hex')) / 2 AS size,
-           COALESCE(element_at(properties, 'delivery_mode')[1] = '2', false) AS persistent
+           COALESCE(element_at(properties, 'delivery_mode')[1] = '2', false) AS persistent,
+           element_at(properties, 'priority')[1] AS priority
     FROM j WHERE event = '{ENQUEUE}' AND body IS NOT NULL
 )
-SELECT l.queue, l.message_id, COALESCE(v.deliveries, 0) AS deliveries, s.size, s.persistent
+SELECT l.queue, l.message_id, COALESCE(v.deliveries, 0) AS deliveries, s.size, s.persistent, s.priority
 FROM live l
 JOIN sizes s ON s.message_id = l.message_id
 LEFT JOIN delivered v ON v.queue = l.queue AND v.message_id = l.message_id
@@ -97,7 +100,7 @@ def recover_paged(journal: DeltaMessageJournal, namespace: Namespace) -> int:
     queues = namespace.queues
     sql = journal_sql(LIVE_IDS_SQL, read_watermark(journal.path))
     missing: set[str] = set()
-    pageable: dict[str, PagedQueue | None] = {}
+    pageable: dict[str, PagedStorage | None] = {}
     # (message id, [(queue, deliveries)]): to read with bodies, in id order
     loaded: list[tuple[int, list[tuple[Queue, int]]]] = []
     restored = paged = 0
@@ -107,9 +110,11 @@ def recover_paged(journal: DeltaMessageJournal, namespace: Namespace) -> int:
         deliveries = batch.column("deliveries").to_pylist()
         sizes = batch.column("size").to_pylist()
         persistent = batch.column("persistent").to_pylist()
-        run_queue: PagedQueue | None = None
+        priorities = batch.column("priority").to_pylist()
+        run_queue: PagedStorage | None = None
         run_ids: list[int] = []
         run_sizes: list[int] = []
+        run_priorities: list[int] = []
         for index, (name, message_id) in enumerate(zip(names, ids)):
             if (target := queues.get(name)) is None or not target.durable:
                 missing.add(name)                # deleted while the broker was down
@@ -122,19 +127,20 @@ def recover_paged(journal: DeltaMessageJournal, namespace: Namespace) -> int:
             pager = pageable[name] if name in pageable else _pager(pageable, name, target)
             if pager is not None and not deliveries[index]:
                 if pager is not run_queue:
-                    _flush(run_queue, run_ids, run_sizes)
-                    run_queue, run_ids, run_sizes = pager, [], []
+                    _flush(run_queue, run_ids, run_sizes, run_priorities)
+                    run_queue, run_ids, run_sizes, run_priorities = pager, [], [], []
                 run_ids.append(message_id)
                 run_sizes.append(sizes[index])
+                run_priorities.append(_priority(priorities[index]))
                 paged += 1
                 continue
-            _flush(run_queue, run_ids, run_sizes)
-            run_queue, run_ids, run_sizes = None, [], []
+            _flush(run_queue, run_ids, run_sizes, run_priorities)
+            run_queue, run_ids, run_sizes, run_priorities = None, [], [], []
             if loaded and loaded[-1][0] == message_id:
                 loaded[-1][1].append((target, deliveries[index]))
             else:
                 loaded.append((message_id, [(target, deliveries[index])]))
-        _flush(run_queue, run_ids, run_sizes)
+        _flush(run_queue, run_ids, run_sizes, run_priorities)
     _restore_loaded(journal, loaded)
     for name in sorted(missing):                 # their queue was deleted: never again
         journal._mark_deleted(name)
@@ -144,19 +150,28 @@ def recover_paged(journal: DeltaMessageJournal, namespace: Namespace) -> int:
     return restored
 
 
-def _pager(pageable: dict[str, PagedQueue | None], name: str, queue: Queue) -> PagedQueue | None:
+def _pager(pageable: dict[str, PagedStorage | None], name: str, queue: Queue) -> PagedStorage | None:
     """``queue`` paging (started now if needed), or None when it cannot page; remembered by name."""
-    found: PagedQueue | None = None
+    found: PagedStorage | None = None
     if start_paging(queue, lazy=queue.settings.lazy):
-        assert isinstance(queue, PagedQueue)
+        assert isinstance(queue, PagedStorage)
         found = queue
     pageable[name] = found
     return found
 
 
-def _flush(queue: PagedQueue | None, ids: list[int], sizes: list[int]) -> None:
+def _priority(text: str | None) -> int:
+    """The ``priority`` property as the journal's properties map holds it (text; absent: 0)."""
+    try:
+        value = int(text) if text else 0
+    except ValueError:
+        return 0
+    return value if value > 0 else 0
+
+
+def _flush(queue: PagedStorage | None, ids: list[int], sizes: list[int], priorities: list[int]) -> None:
     if queue is not None and ids:
-        queue.restore_paged(ids, sizes)
+        queue.restore_paged(ids, sizes, priorities if queue.type == "priority" else None)
 
 
 def _restore_loaded(journal: DeltaMessageJournal, loaded: list[tuple[int, list[tuple[Queue, int]]]]) -> None:

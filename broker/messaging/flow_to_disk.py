@@ -14,10 +14,9 @@ Two things page a queue (:mod:`broker.messaging.paged_queue`):
 * a queue declared with ``x-queue-mode: lazy`` (RabbitMQ's lazy queue) pages
   always.
 
-Only a standard queue that is durable and journals its messages can page,
-and only its persistent messages: their bodies are in the journal.  Transient
-messages, priority, sorted and last-value queues, and queues with
-``x-overflow: drop-head`` and a dead-letter exchange stay in memory.
+Only a standard or priority queue that is durable and journals its messages
+can page, and only its persistent messages: their bodies are in the journal.
+Transient messages and sorted and last-value queues stay in memory.
 
 The journal's side is :class:`PageReader` (``journal.page_reader``): it says
 when everything reported so far is durable (a message is paged out only once
@@ -79,10 +78,8 @@ def page_reader_of(queue: Queue) -> PageReader | None:
     from broker.messaging.queue import Queue as Standard
 
     journal = queue.journal
-    if journal is None or not queue.durable or not isinstance(queue, Standard) or queue.type != "standard":
-        return None
-    settings = queue.settings
-    if settings.limited and settings.overflow == "drop-head" and settings.dead_letter_exchange is not None:
+    if (journal is None or not queue.durable or not isinstance(queue, Standard)
+            or queue.type not in ("standard", "priority")):
         return None
     reader: PageReader | None = getattr(journal, "page_reader", None)
     return reader

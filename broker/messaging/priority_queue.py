@@ -109,7 +109,11 @@ class PriorityQueue(Queue):
         occupied = self._occupied
         if not occupied:
             return None
-        return self._levels[occupied.bit_length() - 1].head()
+        return self._level_head(occupied.bit_length() - 1)
+
+    def _level_head(self, index: int) -> Message | QueueEntry | None:
+        """The head of level ``index`` (a paged level's, when in memory: broker.messaging.paged_priority_queue)."""
+        return self._levels[index].head()
 
     def _ready_items(self) -> Iterable[Message | QueueEntry]:
         items: list[Message | QueueEntry] = []
@@ -130,8 +134,8 @@ class PriorityQueue(Queue):
 
     def _head_expiry(self) -> float | None:
         earliest: float | None = None
-        for level in self._levels:
-            head = level.head()
+        for index in range(len(self._levels)):
+            head = self._level_head(index)
             if head is None:
                 continue
             expiry = self._expiry(head if type(head) is Message else head.message)  # type: ignore[union-attr]
@@ -140,9 +144,9 @@ class PriorityQueue(Queue):
         return earliest
 
     def _expire_heads(self, now: float) -> None:
-        for index, level in enumerate(self._levels):
+        for index in range(len(self._levels)):
             while True:
-                head = level.head()
+                head = self._level_head(index)
                 if head is None:
                     break
                 expiry = self._expiry(head if type(head) is Message else head.message)  # type: ignore[union-attr]

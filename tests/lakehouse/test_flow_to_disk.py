@@ -15,7 +15,8 @@ from typing import Any
 from broker.messaging.flow_to_disk import FlowToDisk
 from broker.messaging.message import Message, MessageProperties
 from broker.messaging.namespace import Namespace
-from broker.messaging.paged_queue import PAGE_CHUNK, WINDOW, PagedQueue
+from broker.messaging.paged_queue import PAGE_CHUNK, WINDOW, PagedPriorityQueue, PagedQueue
+from broker.messaging.priority_queue import PriorityQueue
 from broker.messaging.queue import Queue, QueueEntry
 from broker.protocol.amqp0_9_1.properties import FORMAT, encode_properties
 from broker.protocol.amqp1_0.message_format import message_from_transfer, transfer_payload
@@ -95,6 +96,13 @@ async def consume(queue: Queue, count: int) -> list[QueueEntry]:
     return taker.entries
 
 
+def enqueue_made(journal: DeltaMessageJournal, queue: Queue, count: int) -> None:
+    """On the running event loop: the journal uses it; ``count`` messages of :func:`make` into ``queue``."""
+    journal.attach_loop(asyncio.get_running_loop())
+    for index in range(count):
+        queue.enqueue(make(index))
+
+
 def test_a_lazy_queue_pages_after_commit_and_delivers_everything_read_back(tmp_path: Path) -> None:
     ns = Namespace("v")
     journal = open_journal(tmp_path / "journal", ns)
@@ -104,9 +112,7 @@ def test_a_lazy_queue_pages_after_commit_and_delivers_everything_read_back(tmp_p
     paged: list[int] = []
 
     async def main() -> list[QueueEntry]:
-        journal.attach_loop(asyncio.get_running_loop())
-        for index in range(count):
-            queue.enqueue(make(index))
+        enqueue_made(journal, queue, count)
         # committed, then paged by whole chunks: fewer than a chunk stays in memory
         await wait_until_async(lambda: queue.paged_count > count - PAGE_CHUNK, 60, what="paged out")
         assert queue.message_count == count and type(queue) is PagedQueue
@@ -127,9 +133,7 @@ def test_the_threshold_pages_a_queue_that_is_consumed_in_order(tmp_path: Path) -
     count = 4 * WINDOW
 
     async def main() -> list[QueueEntry]:
-        journal.attach_loop(asyncio.get_running_loop())
-        for index in range(count):
-            queue.enqueue(make(index))
+        enqueue_made(journal, queue, count)
         await wait_until_async(lambda: queue.message_count == count, 60, what="durable arrivals")
         flow = FlowToDisk(threshold=10_000)
         assert flow.check(ns.queues.values())
@@ -167,13 +171,19 @@ def test_recovery_restores_a_lazy_queue_as_ids_and_reads_it_back(tmp_path: Path)
     queue = ns.queues["q"]
     assert type(queue) is PagedQueue and queue.paged_count == count and queue.message_count == count
     assert queue.message_bytes == sum(len(make(i).body) for i in range(count))
-    assert ns.queues["p"].message_count == 10 and ns.queues["p"].paged_count == 0
+    priority = ns.queues["p"]
+    # the priority queue pages too (each message by its priority property), though it is not lazy
+    assert type(priority) is PagedPriorityQueue and priority.message_count == priority.paged_count == 10
     got = []
     while (entry := queue.get()) is not None:       # no event loop: read back at once
         got.append(entry)
     check(got, count)
-    # the priority queue's messages were read with their bodies (the 1.0 ones, of priority 4, first)
-    assert sorted(e.message.body for e in ns.queues["p"].browse()) == sorted(make(i).body for i in range(10))
+    # the 1.0 ones (of priority 4, the default) first, then the 0-9-1 ones (no priority: 0)
+    bodies = []
+    while (entry := priority.get()) is not None:
+        bodies.append(entry.message.body)
+    assert bodies == [make(i).body for i in (0, 3, 6, 9, 1, 2, 4, 5, 7, 8)]
+    assert type(priority) is PriorityQueue          # read back to the end and not lazy: plain again
     journal.close()
 
 
@@ -218,4 +228,98 @@ def test_a_small_journal_below_the_threshold_recovers_in_memory(tmp_path: Path) 
     ns.restore(records)
     assert journal.recover(ns) == 30
     assert type(ns.queues["q"]) is Queue and ns.queues["q"].message_count == 20
+    journal.close()
+
+
+def test_a_lazy_priority_queue_pages_by_level_and_is_recovered_by_level(tmp_path: Path) -> None:
+    """Every message is paged whatever its priority; delivered highest first, FIFO within a priority,
+    before and after a restart (recovery reads each message's priority without its body)."""
+    path = tmp_path / "journal"
+    ns = Namespace("v")
+    journal = open_journal(path, ns)
+    arguments = {"x-queue-mode": "lazy", "x-max-priority": 5}
+    queue = ns.declare_queue("q", durable=True, arguments=arguments)[0]
+    count = 3 * PAGE_CHUNK
+
+    def published(index: int) -> Message:
+        message = make(index)
+        if index % 3:                                 # the 0-9-1 ones: priorities 0..2; the 1.0 ones: 4
+            message = message_0_9_1(index)
+            properties = MessageProperties(delivery_mode=2, message_id=f"m-{index}", headers={"i": index},
+                                           content_type="text/plain", priority=index % 3)
+            message = Message(exchange="", routing_key="q", body=message.body, properties=properties,
+                              native=encode_properties(properties), format=FORMAT, arrival=time.monotonic())
+        return message
+
+    def level(index: int) -> int:
+        return 4 if index % 3 == 0 else index % 3
+
+    order = sorted(range(count), key=lambda i: (-level(i), i))
+
+    async def first_half() -> list[QueueEntry]:
+        journal.attach_loop(asyncio.get_running_loop())
+        for index in range(count):
+            queue.enqueue(published(index))
+        await wait_until_async(lambda: queue.paged_count == count, 60, what="every level paged")
+        assert type(queue) is PagedPriorityQueue and queue.message_count == count
+        taker = Taker()
+        queue.add_consumer(taker)
+        queue.dispatch()
+        await wait_until_async(lambda: len(taker.entries) >= count // 2, 60, what="half the deliveries")
+        queue.remove_consumer(taker)
+        for entry in taker.entries[:count // 2]:
+            queue.settle(entry)
+        return taker.entries
+
+    first = asyncio.run(first_half())
+    assert [e.message.properties.message_id for e in first[:count // 2]] == [f"m-{i}" for i in order[:count // 2]]
+    records = ns.records()
+    journal.close()                                   # the rest (delivered, not settled) comes back redelivered
+
+    ns = Namespace("v")
+    journal = open_journal(path, ns)
+    ns.restore(records)
+    assert journal.recover(ns) == count - count // 2
+    queue = ns.queues["q"]
+    assert type(queue) is PagedPriorityQueue
+
+    async def second_half() -> list[QueueEntry]:
+        journal.attach_loop(asyncio.get_running_loop())
+        return await consume(queue, count - count // 2)
+
+    rest = asyncio.run(second_half())
+    assert sorted(e.message.properties.message_id for e in rest) == sorted(f"m-{i}" for i in order[count // 2:])
+    fresh = [e for e in rest if not e.redelivered]
+    fresh_order = [i for i in order[count // 2:] if f"m-{i}" in {e.message.properties.message_id for e in fresh}]
+    assert [e.message.properties.message_id for e in fresh] == [f"m-{i}" for i in fresh_order]
+    assert queue.message_count == 0 and queue.paged_count == 0
+    journal.close()
+
+
+def test_a_read_back_that_fails_is_tried_again_by_the_timer(tmp_path: Path) -> None:
+    """The journal's files are gone while a consumer waits (a disk unmounted): nothing is delivered,
+    nothing is lost; once they are back, the queue's timer reads them and the consumer gets everything."""
+    path = tmp_path / "journal"
+    ns = Namespace("v")
+    journal = open_journal(path, ns)
+    queue = ns.declare_queue("q", durable=True, arguments={"x-queue-mode": "lazy"})[0]
+    count = 2 * PAGE_CHUNK
+
+    async def main() -> list[QueueEntry]:
+        enqueue_made(journal, queue, count)
+        await wait_until_async(lambda: queue.paged_count == count, 60, what="paged out")
+        hidden = [data.rename(data.with_suffix(".hidden")) for data in sorted(path.glob("*.parquet"))]
+        assert hidden
+        taker = Taker()
+        queue.add_consumer(taker)
+        queue.dispatch()
+        await wait_until_async(lambda: queue.next_deadline() is not None, 60, what="the read failing")
+        assert taker.entries == [] and queue.paged_count == count and queue.message_count == count
+        for data in hidden:
+            data.rename(data.with_suffix(".parquet"))
+        ns.run_due(time.monotonic() + 1.5)          # the broker's timer, a retry interval later
+        await wait_until_async(lambda: len(taker.entries) == count, 60, what="deliveries after the retry")
+        return taker.entries
+
+    check(asyncio.run(main()), count)
     journal.close()

@@ -18,6 +18,7 @@ from broker.messaging.message import Message
 from broker.messaging.namespace import Namespace
 from broker.messaging.page_segments import SEGMENT_SIZE, PageSegments
 from broker.messaging.paged_queue import PAGE_CHUNK, WINDOW, PagedQueue, start_paging
+from broker.messaging.paged_storage import RETRY_SECONDS
 from broker.messaging.queue import Queue
 
 from .paging_fake import PagingJournal
@@ -214,6 +215,22 @@ def test_max_length_drop_head_drops_paged_messages_by_id() -> None:
     assert consume_all(queue, journal) == [b"body-%d" % i for i in range(PAGE_CHUNK + 3, 2 * limit - PAGE_CHUNK + 3)]
 
 
+def test_drop_head_with_a_dead_letter_exchange_reads_the_head_back_and_dead_letters_it() -> None:
+    limit = 2 * PAGE_CHUNK
+    ns, journal, queue = setup({"x-queue-mode": "lazy", "x-max-length": limit, "x-dead-letter-exchange": "dlx"})
+    assert type(queue) is PagedQueue
+    dead = dead_letter_queue(ns)
+    publish(journal, queue, limit)
+    assert queue.paged_count == limit
+    publish(journal, queue, 3, start=limit)
+    assert queue.message_count == limit + 3 and len(journal.page_reader.pending) == 1   # the head is read first
+    journal.page_reader.finish()
+    assert queue.message_count == limit and dead.message_count == 3
+    assert [dead.get(no_ack=True).message.body for _ in range(3)] == [b"body-0", b"body-1", b"body-2"]  # type: ignore[union-attr]
+    assert [e[3:5] for e in journal.of("settle")] == [("dead_lettered", "maxlen")] * 3
+    assert consume_all(queue, journal) == [b"body-%d" % i for i in range(3, limit + 3)]
+
+
 def test_reject_publish_counts_paged_messages() -> None:
     _, journal, queue = setup({"x-queue-mode": "lazy", "x-max-length": PAGE_CHUNK,
                                "x-overflow": "reject-publish"})
@@ -222,13 +239,22 @@ def test_reject_publish_counts_paged_messages() -> None:
     assert queue.enqueue(persistent(99_999)) is False
 
 
-def test_paged_messages_expire_when_read_back_and_are_dead_lettered() -> None:
-    clock = FakeClock()
-    ns, journal, queue = setup({"x-queue-mode": "lazy", "x-message-ttl": 1000,
-                                "x-dead-letter-exchange": "dlx"}, clock)
+def dead_letter_queue(ns: Namespace) -> Queue:
+    """Queue 'dead', bound to the fanout exchange 'dlx'."""
     ns.declare_exchange("dlx", "fanout")
     dead = ns.declare_queue("dead")[0]
     ns.bind_queue("dead", "dlx", "")
+    return dead
+
+
+#: a lazy queue whose messages live a second and are dead-lettered to 'dlx'
+EXPIRING = {"x-queue-mode": "lazy", "x-message-ttl": 1000, "x-dead-letter-exchange": "dlx"}
+
+
+def test_paged_messages_expire_when_read_back_and_are_dead_lettered() -> None:
+    clock = FakeClock()
+    ns, journal, queue = setup(EXPIRING, clock)
+    dead = dead_letter_queue(ns)
     publish(journal, queue, PAGE_CHUNK, arrival=clock.now)
     clock.advance(2)
     assert queue.message_count == PAGE_CHUNK            # paged: expired only when read back
@@ -312,11 +338,11 @@ def test_queues_that_cannot_page_stay_in_memory() -> None:
     journal = PagingJournal()
     ns.journal = journal  # type: ignore[assignment]
     transient = ns.declare_queue("t", arguments={"x-queue-mode": "lazy"})[0]
-    priority = ns.declare_queue("p", durable=True, arguments={"x-queue-mode": "lazy", "x-max-priority": 5})[0]
-    ring_dlx = ns.declare_queue("r", durable=True, arguments={
-        "x-queue-mode": "lazy", "x-max-length": 5, "x-dead-letter-exchange": "dlx"})[0]
-    assert [type(q).__name__ for q in (transient, priority, ring_dlx)] == ["Queue", "PriorityQueue", "Queue"]
-    assert not start_paging(transient) and not start_paging(priority) and not start_paging(ring_dlx)
+    last_value = ns.declare_queue("l", durable=True, arguments={"x-queue-mode": "lazy", "x-last-value-key": "k"})[0]
+    by_key = ns.declare_queue("s", durable=True, arguments={"x-queue-mode": "lazy", "qpid.queue_sort_key": "k"})[0]
+    queues = (transient, last_value, by_key)
+    assert [type(q).__name__ for q in queues] == ["Queue", "LastValueQueue", "SortedQueue"]
+    assert not any(start_paging(q) for q in queues)
 
 
 def test_transient_messages_stay_in_memory_among_paged_ones() -> None:
@@ -382,3 +408,86 @@ def test_x_queue_mode_is_checked() -> None:
     with pytest.raises(PreconditionFailed, match="x-queue-mode"):
         ns.declare_queue("q", arguments={"x-queue-mode": "sleepy"})
     assert ns.declare_queue("d", arguments={"x-queue-mode": "default"})[0].settings.lazy is False
+
+
+# -- what the review of the first version found ------------------------------------------------
+
+def test_a_basic_get_waiting_for_a_read_is_answered_when_the_queue_is_purged_or_deleted() -> None:
+    ns, journal, queue = setup({"x-queue-mode": "lazy"})
+    publish(journal, queue, PAGE_CHUNK)
+    assert queue.get() is None
+    held = queue.held_until
+    assert held is not None and not held.done
+    queue.purge()                                        # the read it waits for is void now
+    assert held.done
+    publish(journal, queue, PAGE_CHUNK, start=PAGE_CHUNK)
+    assert queue.get() is None
+    held = queue.held_until
+    assert held is not None and not held.done
+    ns.delete_queue("q")
+    assert held.done
+    journal.page_reader.finish()
+    assert queue.message_count == 0
+
+
+def test_a_failed_read_is_tried_again_by_the_timer_for_a_waiting_consumer(caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock()
+    ns, journal, queue = setup({"x-queue-mode": "lazy"}, clock)
+    publish(journal, queue, PAGE_CHUNK)
+    journal.page_reader.fail_with = OSError("disk gone")
+    consumer = RecordingConsumer()                       # credit to spare: it asks for nothing more
+    queue.add_consumer(consumer)
+    with caplog.at_level(logging.ERROR):
+        queue.dispatch()
+        journal.page_reader.finish()
+    assert consumer.entries == [] and journal.page_reader.pending == []
+    journal.page_reader.fail_with = None                 # the disk is back
+    deadline = ns.next_deadline()
+    assert deadline is not None and deadline <= clock.now + RETRY_SECONDS
+    clock.advance(RETRY_SECONDS)
+    ns.run_due(clock.now)
+    journal.page_reader.finish()
+    assert consumer.bodies == [b"body-%d" % i for i in range(PAGE_CHUNK)]
+    assert ns.next_deadline() is None
+
+
+def run_timers(ns: Namespace, journal: PagingJournal, clock: FakeClock, rounds: int = 50) -> None:
+    """What the broker's timer loop does: run what is due, then the reads it asked for land."""
+    for _ in range(rounds):
+        deadline = ns.next_deadline()
+        if deadline is None or deadline > clock.now:
+            return
+        ns.run_due(clock.now)
+        journal.page_reader.finish()
+    raise AssertionError("the timers never settle")
+
+
+def test_paged_messages_expire_and_are_dead_lettered_without_a_consumer() -> None:
+    clock = FakeClock()
+    ns, journal, queue = setup(EXPIRING, clock)
+    dead = dead_letter_queue(ns)
+    count = 3 * WINDOW
+    publish(journal, queue, count, arrival=clock.now)
+    assert queue.paged_count == count
+    run_timers(ns, journal, clock)                      # the head is read back to learn when it expires
+    assert len(journal.page_reader.reads) == 1 and queue.paged_count == count - WINDOW
+    assert ns.next_deadline() == clock.now + 1
+    clock.advance(2)
+    run_timers(ns, journal, clock)
+    assert queue.message_count == 0 and queue.paged_count == 0 and dead.message_count == count
+    assert [dead.get(no_ack=True).message.body for _ in range(3)] == [b"body-0", b"body-1", b"body-2"]  # type: ignore[union-attr]
+
+
+def test_recovered_paged_messages_with_their_own_expiration_expire() -> None:
+    clock = FakeClock()
+    _, journal, queue = setup({"x-queue-mode": "lazy"}, clock)
+    rows = journal.page_reader.rows
+    for index in range(10):                              # as journaled before a restart
+        row = persistent(index, expiration="1000", arrival=clock.now)
+        rows[index + 1] = (row.exchange, row.routing_key, row.body, row.properties, row.arrival)
+    assert isinstance(queue, PagedQueue)
+    queue.restore_paged(list(range(1, 11)), [6] * 10)   # their expiration is on disk
+    assert not queue.timed
+    clock.advance(2)
+    assert consume_all(queue, journal) == []
+    assert queue.message_count == 0 and queue.timed
