@@ -52,7 +52,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from broker.messaging.message import MessageProperties
 from broker.messaging.message_format import MessageFormat, format_for
@@ -165,9 +164,12 @@ def describe(view: MessageProperties) -> Described:
 
 
 def _timestamps(seconds: Any) -> pa.Array:
-    """Epoch seconds (float) as UTC microsecond timestamps."""
-    micros = pc.multiply(pa.array(seconds, pa.float64()), 1_000_000.0)
-    return pc.cast(micros, pa.int64(), safe=False).cast(TIMESTAMP)
+    """Epoch seconds (float; None: null) as UTC microsecond timestamps, truncated toward zero.
+
+    In Python rather than by three compute kernels: for a group's tens of rows
+    each kernel's call costs more than the arithmetic (117 -> 39 µs for 80 rows).
+    """
+    return pa.array([None if value is None else int(value * 1_000_000.0) for value in seconds], TIMESTAMP)
 
 
 #: The live messages of the journal (``live``: queue, message_id), and their deliveries,
