@@ -27,6 +27,7 @@ threads, under a lock; a failure carries its error text.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import struct
 import threading
@@ -47,7 +48,9 @@ ERROR_LENGTH = struct.Struct(">I")    # length of the error text that follows a 
 #: statuses: the group's commit is durable / failed (error text follows) / staged: send the next
 DURABLE, FAILED, STAGED = 0, 1, 2
 #: groups the broker has with the writer at most: one being published, one being staged
-PIPELINE_DEPTH = 2
+#: (DELTAMQ_JOURNAL_PIPELINE_DEPTH=1: one group at a time, each staged and published before
+#: the next is sent -- fewer, larger commits, for a machine where the writer's CPU is scarce)
+PIPELINE_DEPTH = max(1, int(os.environ.get("DELTAMQ_JOURNAL_PIPELINE_DEPTH", "2")))
 
 
 class CommitTarget(Protocol):
