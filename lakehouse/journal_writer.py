@@ -293,10 +293,18 @@ def journal_table(location: str, log_retention_hours: int) -> AppendOnlyTable:
     retention = f"interval {log_retention_hours} hours"
     # on object storage, delta-rs's vacuum deletes only files whose tombstones it still sees
     tombstones = retention if is_uri(location) else LOCAL_TOMBSTONE_RETENTION
-    return AppendOnlyTable(location, JOURNAL_SCHEMA, name="journal", stats_column="message_id",
-                           time_stats_column="at",
-                           properties={"delta.logRetentionDuration": retention,
-                                       "delta.deletedFileRetentionDuration": tombstones})
+    table = AppendOnlyTable(location, JOURNAL_SCHEMA, name="journal", stats_column="message_id",
+                            time_stats_column="at",
+                            properties={"delta.logRetentionDuration": retention,
+                                        "delta.deletedFileRetentionDuration": tombstones})
+    # the Parquet statistics readers use: message_id and at (skipping), event and body (flow to
+    # disk skips the row groups of settlements by them: lakehouse.message_pages)
+    table.parquet_options["write_statistics"] = [*JOURNAL_STATISTICS]
+    return table
+
+
+#: the journal's columns whose Parquet statistics an appended file carries
+JOURNAL_STATISTICS = ("message_id", "at", "event", "body")
 
 
 def _read_exactly(stream: BinaryIO, size: int) -> bytes | None:
