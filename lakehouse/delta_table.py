@@ -21,7 +21,8 @@ shape it:
   writer took that version -- delta-rs compacting or checkpointing the same
   table from the maintenance thread -- the winner is checked (a blind append
   conflicts with nothing but a change of schema or protocol) and the next
-  version is tried.  ~2-4 ms per commit, flat.
+  version is tried.  ~2-4 ms per commit, flat.  That half of the class, which
+  fsyncs are made and why, is :mod:`lakehouse.log_commit`.
 * delta-rs does everything else: creating the table, checkpoints (every
   ``checkpoint_interval`` commits, or by a maintenance thread), compaction,
   vacuum and every read (QueryBuilder; the ``to_pyarrow_*`` readers can abort
@@ -68,38 +69,29 @@ PUTs needs ``AWS_S3_LOCKING_PROVIDER=dynamodb`` (passed through unchanged).
 
 from __future__ import annotations
 
-import errno
-import json
 import logging
-import os
 import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
 from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.schema import Field as DeltaField
 from deltalake.transaction import CommitProperties, PostCommitHookProperties, Transaction
 
-from broker import __version__
-
-from .log_state import LogState, commit_file, read_commit
+# the local commit path (imported here too by those who knew it here)
+from .log_commit import PARQUET_OPTIONS, CommittedUnsynced, LogCommits, StagedAppend, fsync_path  # noqa: F401
+from .log_state import LogState
 from .table_features import UnsupportedTable, check_table
 from .version_checksum import TableChecksum
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_INTERVAL = 20
-#: bytes :meth:`AppendOnlyTable.probe` writes: about what a small commit needs
-PROBE_BYTES = 64 * 1024
 
 #: a location: a local path, or a URI string (``s3://bucket/prefix``)
 Location = str | Path
@@ -164,15 +156,7 @@ def open_delta(uri: str, *, version: int | None = None,
             time.sleep(0.002 * (attempt + 1))
     raise AssertionError("unreachable")
 
-class CommittedUnsynced(OSError):
-    """The commit file is in the log (readers see it) but fsyncing its directory failed."""
-
-    def __init__(self, version: int, cause: OSError) -> None:
-        super().__init__(cause.errno, f"version {version} committed but not synced: {cause}")
-        self.version = version
-
-
-class AppendOnlyTable:
+class AppendOnlyTable(LogCommits):
     """One Delta table, appended to by one writer (others may compact it).
 
     At a local path (or ``file://`` URI) or on object storage (a URI such as
@@ -205,6 +189,8 @@ class AppendOnlyTable:
         self.on_checkpoint_due: Callable[[], None] | None = None
         #: extra table properties set when the table is created
         self.properties = dict(properties or {})
+        #: how appended batches are written (pyarrow.parquet.write_table's options)
+        self.parquet_options = dict(PARQUET_OPTIONS)
         self._version = -1
         self._commits_since_checkpoint = 0
         self._lock = threading.Lock()
@@ -327,42 +313,42 @@ class AppendOnlyTable:
 
         With ``defer_checksum`` the commit's checksum file is written by the
         next :meth:`write_deferred_checksum` (after the caller has answered
-        whoever waits for the commit) rather than before this returns.
+        whoever waits for the commit) rather than before this returns.  It is
+        :meth:`stage` then :meth:`publish` (see :mod:`lakehouse.log_commit`).
         """
+        return self.publish(self.stage(rows), defer_checksum=defer_checksum)
+
+    def conformed(self, rows: pa.Table) -> pa.Table:
+        """``rows`` as the table's schema (cast when they differ)."""
         assert self._version >= 0, "table not open"
-        if rows.schema != self.schema:
-            rows = rows.cast(self.schema)
-        if self.remote:
-            return self._append_remote(rows)
-        # snappy: the cheapest codec to write on the hot path (compaction rewrites with zstd)
-        name = f"part-{uuid.uuid4()}-c000.snappy.parquet"
-        data = self.path / name
-        try:
-            pq.write_table(rows, data, compression="snappy")
-            now_ms = int(time.time() * 1000)
-            actions = [
-                {"commitInfo": {"timestamp": now_ms, "operation": "WRITE",
-                                "operationParameters": {"mode": "Append"}, "isBlindAppend": True,
-                                "engineInfo": f"deltamq/{__version__}",
-                                "operationMetrics": {"numFiles": "1",
-                                                     "numOutputRows": str(rows.num_rows)}}},
-                {"add": self.add_action(name, rows, data_change=True, now_ms=now_ms)},
-            ]
-            version = self.commit_actions(actions, sync_first=(data,), defer_checksum=defer_checksum)
-        except CommittedUnsynced:
-            raise                               # in the log: the file must stay
-        except BaseException:
-            # not committed: a half-written file must not eat the space a retry needs
-            data.unlink(missing_ok=True)
-            raise
+        return rows if rows.schema == self.schema else rows.cast(self.schema)
+
+    def stage(self, rows: pa.Table) -> StagedAppend | pa.Table:
+        """The first half of :meth:`append`: on a local table :meth:`stage_append` (written and
+        fsynced, not yet in the log); on object storage the rows, all written by :meth:`publish`."""
+        rows = self.conformed(rows)
+        return rows if self.remote else self.stage_append(rows)
+
+    def publish(self, staged: StagedAppend | pa.Table, *, defer_checksum: bool = False) -> int:
+        """The second half of :meth:`append`: the staged commit put in the log, durable; the version."""
+        if isinstance(staged, pa.Table):
+            return self._append_remote(staged)
+        version = super().publish(staged, defer_checksum=defer_checksum)
+        self._count_commit()
+        return version
+
+    def _count_commit(self) -> None:
+        """One more commit: ask for a checkpoint every :attr:`checkpoint_interval` of them."""
         self._commits_since_checkpoint += 1
         if self._commits_since_checkpoint >= self.checkpoint_interval:
             self._commits_since_checkpoint = 0
+            # object storage: a handle replays every commit since the last checkpoint it knows
+            # of: re-open it, so it picks up the checkpoint about to be written (lakehouse-facts.md)
+            self._handle = None
             if self.on_checkpoint_due is not None:
                 self.on_checkpoint_due()
             else:
                 self.checkpoint()
-        return version
 
     def _append_remote(self, rows: pa.Table) -> int:
         """``append`` on object storage: one delta-rs commit (a conditional PUT), no fsync."""
@@ -376,161 +362,8 @@ class AppendOnlyTable:
         version = int(handle.version())
         with self._lock:
             self._version = max(self._version, version)
-        self._commits_since_checkpoint += 1
-        if self._commits_since_checkpoint >= self.checkpoint_interval:
-            self._commits_since_checkpoint = 0
-            # a handle replays every commit since the last checkpoint it knows of: re-open
-            # it, so it picks up the checkpoint about to be written (lakehouse-facts.md)
-            self._handle = None
-            if self.on_checkpoint_due is not None:
-                self.on_checkpoint_due()
-            else:
-                self.checkpoint()
+        self._count_commit()
         return version
-
-    def add_action(self, name: str, rows: pa.Table, *, data_change: bool, now_ms: int) -> dict[str, Any]:
-        """The ``add`` action for data file ``name`` (in the table directory) holding ``rows``."""
-        stats: dict[str, Any] = {"numRecords": rows.num_rows}
-        if self.stats_column is not None and rows.num_rows:
-            bounds = pc.min_max(rows.column(self.stats_column))
-            stats["minValues"] = {self.stats_column: bounds["min"].as_py()}
-            stats["maxValues"] = {self.stats_column: bounds["max"].as_py()}
-        if self.time_stats_column is not None and rows.num_rows:
-            low, high = _millisecond_bounds(rows.column(self.time_stats_column))
-            stats.setdefault("minValues", {})[self.time_stats_column] = low
-            stats.setdefault("maxValues", {})[self.time_stats_column] = high
-        if "minValues" in stats:
-            # Delta Spark skips a file by min/max only when the null count is there too
-            stats["nullCount"] = {name: rows.column(name).null_count for name in stats["minValues"]}
-        return {"path": name, "partitionValues": {}, "size": (self.path / name).stat().st_size,
-                "modificationTime": now_ms, "dataChange": data_change,
-                "stats": json.dumps(stats, separators=(",", ":"))}
-
-    def commit_actions(self, actions: list[dict[str, Any]], sync_first: tuple[Path, ...] = (), *,
-                       defer_checksum: bool = False) -> int:
-        """Write ``actions`` as the next free version (put-if-absent), fsynced; the version.
-
-        Safe to call from two threads (the appender and the maintenance thread):
-        the loser of a race for a version moves on to the next one.  Files in
-        ``sync_first`` (the new data files) are fsynced together with the
-        commit file's content and the table directory before it is linked
-        into place (in parallel, so the disk can serve them with one journal
-        flush), then the log directory.
-        """
-        log_dir = self.path / "_delta_log"
-        temp = log_dir / f".deltamq-{uuid.uuid4()}.json.tmp"
-        payload = "".join(json.dumps(action, separators=(",", ":")) + "\n" for action in actions)
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            try:
-                encoded = payload.encode("utf-8")
-                if os.write(fd, encoded) != len(encoded):
-                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(temp))
-            finally:
-                os.close(fd)
-            # the data files, the commit's content and the table directory (their names) in one round
-            _fsync_all((temp, *sync_first, self.path))
-        except BaseException:
-            temp.unlink(missing_ok=True)
-            raise
-        with self._lock:
-            version = self._version + 1
-        try:
-            while True:
-                target = commit_file(log_dir, version)
-                try:
-                    os.link(temp, target)
-                    break
-                except FileExistsError:
-                    self._check_winner(version)
-                    version += 1
-        finally:
-            os.unlink(temp)
-        try:
-            fsync_path(log_dir)                 # the commit file's name
-        except OSError as exc:
-            raise CommittedUnsynced(version, exc) from exc
-        with self._lock:
-            self._version = max(self._version, version)
-        if defer_checksum:
-            self._deferred_checksum = (version, actions)
-        else:
-            self._write_checksum(version, actions)
-        return version
-
-    def write_deferred_checksum(self) -> None:
-        """Write the checksum file of the commit :meth:`append` deferred it for, if any."""
-        deferred, self._deferred_checksum = self._deferred_checksum, None
-        if deferred is not None:
-            self._write_checksum(*deferred)
-
-    def _start_checksums(self, state: LogState) -> None:
-        """Write a checksum file with each commit from now on, starting from ``state``."""
-        self._checksum = TableChecksum.of(state)
-
-    def _write_checksum(self, version: int, actions: list[dict[str, Any]]) -> None:
-        """Write ``<version>.crc`` (see :mod:`lakehouse.version_checksum`); never fails a commit."""
-        with self._checksum_lock:
-            checksum = self._checksum
-            if checksum is None or version <= checksum.version:
-                return                          # a later commit of another thread got there first
-            try:
-                checksum.advance(version, actions)
-                checksum.write()
-            except (OSError, ValueError, KeyError) as exc:
-                # the figures may be half updated: stop rather than ever write a wrong one
-                log.warning("%s: stopped writing checksum files at version %d (%s)", self.name,
-                            version, exc)
-                self._checksum = None
-
-    def _check_winner(self, version: int) -> None:
-        """Another writer committed ``version`` first: fine unless it changed the table under us.
-
-        A blind append conflicts with nothing but a change of protocol or
-        metadata.  One DeltaMQ does not write correctly (deletion vectors
-        enabled, a constraint added, ...) raises :class:`UnsupportedTable`; one
-        that drops or renames a column this table writes raises RuntimeError.
-        Anything else (a property changed, a nullable column added) is taken in.
-        """
-        protocol, metadata = self._protocol, self._metadata
-        vectors = False
-        for action in read_commit(self.path / "_delta_log", version):
-            protocol = action.get("protocol", protocol)
-            metadata = action.get("metaData", metadata)
-            vectors = vectors or bool((action.get("add") or {}).get("deletionVector"))
-        if protocol is self._protocol and metadata is self._metadata and not vectors:
-            return
-        check_table(self.name, self.uri, protocol, metadata, deletion_vectors=vectors)
-        if metadata is not self._metadata and metadata is not None:
-            fields = json.loads(metadata.get("schemaString") or "{}").get("fields") or ()
-            missing = set(self.schema.names) - {field.get("name") for field in fields}
-            if missing:
-                raise RuntimeError(f"version {version} of table {self.name} dropped or renamed"
-                                   f" column {', '.join(sorted(missing))} while it was being"
-                                   " appended to; re-open the table")
-        self._protocol, self._metadata = protocol, metadata
-
-    def probe(self, size: int = PROBE_BYTES) -> None:
-        """Write and fsync ``size`` bytes in the table's directory, then remove them.
-
-        Raises what a commit would meet (ENOSPC, EROFS, EFBIG); object storage is not probed.
-        """
-        if self._path is None:
-            return
-        probe = self._path / f".deltamq-probe-{uuid.uuid4()}"
-        try:
-            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                if os.write(fd, bytes(size)) != size:
-                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(probe))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        finally:
-            try:
-                probe.unlink(missing_ok=True)
-            except OSError:
-                pass
 
     def checkpoint(self) -> None:
         """Write a Delta checkpoint of the current version (delta-rs)."""
@@ -580,16 +413,6 @@ class AppendOnlyTable:
         for batch in QueryBuilder().register("t", self.delta_table()).execute(sql):
             yield pa.record_batch(batch)
 
-    def _fsync_commit(self, version: int) -> None:
-        log_dir = self.path / "_delta_log"
-        for action in read_commit(log_dir, version):
-            add = action.get("add")
-            if add is not None:
-                fsync_path(self.path / unquote(add["path"]))   # paths in the log are URL-encoded
-        fsync_path(commit_file(log_dir, version))
-        fsync_path(log_dir)
-        fsync_path(self.path)
-
     def close(self) -> None:
         self._version = -1
         self._handle = None
@@ -598,45 +421,6 @@ class AppendOnlyTable:
 def table_files(location: Location, storage_options: dict[str, str] | None = None) -> int:
     """How many data files the current snapshot of the table at ``location`` references."""
     return len(open_delta(str(location), storage_options=storage_options).file_uris())
-
-
-def _millisecond_bounds(column: pa.ChunkedArray) -> tuple[str, str]:
-    """A UTC microsecond timestamp column's min and max as Delta stats: ISO text in milliseconds.
-
-    Delta keeps timestamp statistics to the millisecond; the minimum is
-    rounded down and the maximum up, so a reader skipping files by them
-    never skips one holding a matching row.
-    """
-    micros = pc.min_max(column.cast(pa.int64()))
-    low, high = micros["min"].as_py(), micros["max"].as_py()
-    low_ms, high_ms = low // 1000, -(-high // 1000)
-
-    def text(ms: int) -> str:
-        seconds, rest = divmod(ms, 1000)
-        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{rest:03d}Z"
-
-    return text(low_ms), text(high_ms)
-
-
-def fsync_path(path: Path) -> None:
-    """fsync a file or directory by path."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-_FSYNC_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fsync")
-
-
-def _fsync_all(paths: tuple[Path, ...]) -> None:
-    """fsync every path, concurrently; raise the first failure."""
-    if len(paths) == 1:
-        fsync_path(paths[0])
-        return
-    for future in [_FSYNC_POOL.submit(fsync_path, path) for path in paths]:
-        future.result()
 
 
 def add_missing_columns(table: AppendOnlyTable) -> list[str]:

@@ -8,18 +8,27 @@ Group commit
 ------------
 Durable queues report events on the event loop; each becomes a tuple appended
 to the *open group* (a few hundred nanoseconds: nothing is converted on the
-loop).  When no commit is in flight, the first event schedules a hand-off at
-the end of the current loop iteration, so everything processed in that
-iteration -- every connection's reads -- joins the group.  While a commit is
-in flight the open group keeps growing.  The hand-off pickles the group's rows
-as plain values and writes them to the journal's writer *process*
-(:mod:`lakehouse.journal_writer`, which explains why a process and not a
-thread); it builds the Arrow table (properties decoded to text with a cache),
-appends it as one Delta commit, fsynced, and answers.  The answer arrives on
-the loop like any socket read: the next group is handed off at once, then the
-group is marked durable and its waiters -- publisher confirms, tx.commit-ok,
-held arrivals -- run while the writer commits the next.  If the writer process
-dies, the group in flight fails (its publishers are nacked) and a new writer is started.
+loop).  When the writer is free for a group, the first event schedules a
+hand-off at the end of the current loop iteration, so everything processed
+in that iteration -- every connection's reads -- joins the group.  The
+hand-off pickles the group's rows as plain values and writes them to the
+journal's writer *process* (:mod:`lakehouse.journal_writer`, which explains
+why a process and not a thread, through :mod:`lakehouse.writer_channel`); it
+builds the Arrow table (properties decoded to text with a cache) and appends
+it as one Delta commit, fsynced, in two stages (:mod:`lakehouse.commit_pipeline`):
+it *stages* the group (Parquet file and commit content written and fsynced)
+and says so, then *publishes* it (linked into the log, the log fsynced) and
+answers that it is durable.  The writer is free for the next group once it
+has staged the last one and has fewer than two groups: the next group is
+handed off as the *staged* answer arrives, so the writer stages it while the
+one before is published, and the open group keeps growing until then.  The
+answers arrive on the loop like any socket read; at a commit's answer the
+next group is handed off first (when the writer is free), then the group is
+marked durable and its waiters -- publisher confirms, tx.commit-ok, held
+arrivals -- run while the writer commits the next.  Commits are published in
+the order the groups were handed off, and each group is durable only once its
+own commit is.  If the writer process dies, the groups it had fail (their
+publishers are nacked) and a new writer is started.
 
 When a commit fails
 -------------------
@@ -75,35 +84,35 @@ sequence and :meth:`~DeltaMessageJournal.recover` hands them to the namespace
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import os
 import pickle
-import subprocess
-import sys
 import time
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker.data_directory import inherited_descriptors
 from broker.messaging.journal import DROPPED
 from broker.messaging.journal_figures import JournalFigures
 from broker.messaging.message import Message
 
+from .commit_pipeline import PIPELINE_DEPTH, STAGED
 from .delta_table import add_missing_columns, is_uri
-from .journal_writer import (ERROR_LENGTH, REPLY, REQUEST, PlainRow, RowEncoder, journal_sql, journal_table,
-                             read_watermark)
+from .journal_writer import PlainRow, RowEncoder, journal_sql, journal_table, read_watermark
 from .journal_schema import DELIVER, ENQUEUE, QUEUE_DELETED, REQUEUE, SETTLE, TRANSIENT, upgrade_note
 from .page_reads import JournalPageReader, MessageRebuilder
 from .paged_recovery import recover_paged, wants_paged_recovery
 from .producer_rows import producer_row, read_producer_sequences
 from .replay import JournalHistory
 from .snapshot import LIVE_MESSAGES_SQL, UnusableSnapshot, recover_live
+from .writer_channel import WriterChannel
 
 if TYPE_CHECKING:
+    import subprocess
+
     from broker.messaging.namespace import Namespace
     from broker.messaging.queue import Queue, QueueEntry
 
@@ -114,8 +123,6 @@ log = logging.getLogger(__name__)
 #: (event, queue, message_id, at, tx_id, delivery_count, outcome, reason, message, range's first id)
 Row = tuple[str, str, int, float, "int | None", "int | None", "str | None", "str | None", "Message | None",
             "int | None"]
-
-_PIPE_SIZE = 1 << 20
 
 #: rows of messages that ended this long ago (hours) are removed from the journal
 HISTORY_RETENTION_HOURS = int(os.environ.get("DELTAMQ_JOURNAL_RETENTION_HOURS", "168"))
@@ -175,12 +182,14 @@ class DeltaMessageJournal:
         self.use_snapshots = USE_SNAPSHOTS
         self._numbered = 1
         self._group = JournalGroup(1)
-        self._in_flight: JournalGroup | None = None
+        # groups handed to the writer and not yet answered, oldest first (it answers in order)
+        self._sent: deque[JournalGroup] = deque()
+        # the group sent last, until the writer says it is staged (or answers it): only then
+        # does the next group go, so it holds everything that arrived meanwhile
+        self._unstaged: JournalGroup | None = None
         self._scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._writer: subprocess.Popen[bytes] | None = None
-        self._outbox = bytearray()             # request bytes the writer's pipe did not take yet
-        self._inbox = b""
+        self._channel: WriterChannel | None = None
         self._next_message_id = 1
         self._next_tx_id = 1
         self._tx: int | None = None
@@ -235,48 +244,26 @@ class DeltaMessageJournal:
 
     def _start_writer(self) -> None:
         assert self._loop is not None
-        self._writer = subprocess.Popen(
-            [sys.executable, "-m", "lakehouse.journal_writer", str(self.path), str(HISTORY_RETENTION_HOURS),
-             str(LOG_RETENTION_HOURS),
-             self.vhost],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
-            pass_fds=inherited_descriptors())   # it holds the data directory while it lives
-        assert self._writer.stdin is not None and self._writer.stdout is not None
-        try:                                   # a group in one write, not several (Linux: 64 KiB default)
-            fcntl.fcntl(self._writer.stdin.fileno(), fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
-        except (OSError, AttributeError):
-            pass
-        os.set_blocking(self._writer.stdin.fileno(), False)
-        os.set_blocking(self._writer.stdout.fileno(), False)
-        self._outbox.clear()
-        self._inbox = b""
-        self._loop.add_reader(self._writer.stdout.fileno(), self._read_replies)
+        self._channel = WriterChannel(self._loop, [str(self.path), str(HISTORY_RETENTION_HOURS),
+                                                   str(LOG_RETENTION_HOURS), self.vhost],
+                                      self._answered, self._writer_died)
+        self._unstaged = None
+
+    @property
+    def _writer(self) -> subprocess.Popen[bytes] | None:
+        """The writer process, while there is one."""
+        return self._channel.process if self._channel is not None else None
+
+    @property
+    def _in_flight(self) -> JournalGroup | None:
+        """The group handed to the writer last and not yet answered (the others are older)."""
+        return self._sent[-1] if self._sent else None
 
     def close(self) -> None:
         """Commit everything still open, then stop the writer (after the loop has stopped)."""
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            assert writer.stdin is not None and writer.stdout is not None
-            if self._loop is not None and not self._loop.is_closed():
-                try:
-                    self._loop.remove_reader(writer.stdout.fileno())
-                    self._loop.remove_writer(writer.stdin.fileno())
-                except (RuntimeError, ValueError):
-                    pass
-            os.set_blocking(writer.stdin.fileno(), True)
-            os.set_blocking(writer.stdout.fileno(), True)
-            try:
-                writer.stdin.write(bytes(self._outbox) + REQUEST.pack(0, 0))
-                writer.stdin.close()
-            except OSError:
-                pass
-            # the group in flight is committed (or not) by the writer before it exits
-            try:
-                writer.wait(60)
-            except subprocess.TimeoutExpired:
-                writer.kill()
-                writer.wait()
-            writer.stdout.close()
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()                     # the groups it has are committed (or not) first
             self.table.open()                   # the writer moved the table on: catch up
         self.page_reader.close()
         self._loop = None
@@ -302,9 +289,8 @@ class DeltaMessageJournal:
     @property
     def pending_rows(self) -> int:
         """Rows not yet durable: the open group's (deliveries included) and the one in flight's."""
-        group, in_flight = self._group, self._in_flight
-        return (len(group.rows) + len(group.delivered)
-                + (len(in_flight.rows) if in_flight is not None else 0))
+        group = self._group
+        return len(group.rows) + len(group.delivered) + sum(len(sent.rows) for sent in self._sent)
 
     def last_checkpoint_time(self) -> float | None:
         """When Delta last checkpointed the table (seconds since the epoch); None: never, or remote."""
@@ -387,12 +373,20 @@ class DeltaMessageJournal:
 
     def _add(self, row: Row) -> None:
         self._group.rows.append(row)
-        if not self._scheduled and self._in_flight is None and self._loop is not None:
+        if not self._scheduled and self._unstaged is None and self._loop is not None:
             self._schedule()
 
     def _wake(self) -> None:
-        if not self._scheduled and self._in_flight is None and self._loop is not None:
+        if not self._scheduled and self._unstaged is None and self._loop is not None:
             self._schedule()
+
+    def _writer_free(self) -> bool:
+        """Whether the writer takes a group now: it staged the last one and has room for another.
+
+        While commits fail, one attempt at a time.
+        """
+        return (self._channel is not None and self._unstaged is None
+                and len(self._sent) < (1 if self.failure is not None else PIPELINE_DEPTH))
 
     def _schedule(self) -> None:
         assert self._loop is not None
@@ -405,7 +399,7 @@ class DeltaMessageJournal:
 
     def _hand_off(self) -> None:
         self._scheduled = False
-        if self._in_flight is not None or self._writer is None:
+        if not self._writer_free():
             return
         if self.failure is not None and not self._probed:
             # commits fail: try the settlements kept, or a probe, while the open group
@@ -421,7 +415,8 @@ class DeltaMessageJournal:
             attempt.seal()
         self._probed = False
         self._take_kept(attempt)
-        self._in_flight = attempt
+        self._sent.append(attempt)
+        self._unstaged = attempt
         self.sent_rows += len(attempt.rows)
         # the writer process builds the Arrow table: the loop only pickles plain values;
         # no rows: a probe (can the table's directory take a write again?)
@@ -429,94 +424,39 @@ class DeltaMessageJournal:
                    if attempt.rows else b"")
         if attempt.rows:
             self.figures.handed_off(len(attempt.rows), len(payload), time.monotonic())
-        self._send(REQUEST.pack(attempt.number, len(payload)) + payload)
+        assert self._channel is not None
+        self._channel.send(attempt.number, payload)
 
-    def _send(self, data: bytes) -> None:
-        """Write to the writer's pipe without blocking the loop; the rest when it drains."""
-        writer = self._writer
-        assert writer is not None and writer.stdin is not None and self._loop is not None
-        fd = writer.stdin.fileno()
-        if not self._outbox:
-            try:
-                written = os.write(fd, data)
-            except BlockingIOError:
-                written = 0
-            except OSError:                     # the writer died: _read_replies sees its end
-                return
-            if written == len(data):
-                return
-            self._outbox += memoryview(data)[written:]
-            self._loop.add_writer(fd, self._drain)
-        else:
-            self._outbox += data
+    def _answered(self, number: int, status: int, error: BaseException | None) -> None:
+        """The writer's answer for group ``number``: staged, or its commit durable or failed."""
+        if status == STAGED:
+            unstaged = self._unstaged
+            if unstaged is not None and unstaged.number == number:
+                self._unstaged = None           # the writer takes the next group now
+                if self.failure is None and (self._group or self._kept):
+                    self._hand_off()
+            return
+        if not self._sent or self._sent[0].number != number:
+            return                              # not ours (answers come in the order groups went)
+        group = self._sent.popleft()
+        if self._unstaged is group:
+            self._unstaged = None
+        self._committed(group, error)
 
-    def _drain(self) -> None:
-        writer = self._writer
-        if writer is None or writer.stdin is None or self._loop is None:
-            return
-        fd = writer.stdin.fileno()
-        try:
-            written = os.write(fd, self._outbox)
-        except BlockingIOError:
-            return
-        except OSError:
-            self._loop.remove_writer(fd)
-            return
-        del self._outbox[:written]
-        if not self._outbox:
-            self._loop.remove_writer(fd)
-
-    def _read_replies(self) -> None:
-        writer = self._writer
-        assert writer is not None and writer.stdout is not None
-        try:
-            data = os.read(writer.stdout.fileno(), 65536)
-        except BlockingIOError:
-            return
-        if not data:
-            self._writer_died(writer)
-            return
-        buffer = self._inbox + data
-        offset = 0
-        while len(buffer) - offset >= REPLY.size:
-            number, status = REPLY.unpack_from(buffer, offset)
-            error: BaseException | None = None
-            end = offset + REPLY.size
-            if status:
-                if len(buffer) - end < ERROR_LENGTH.size:
-                    break
-                (length,) = ERROR_LENGTH.unpack_from(buffer, end)
-                if len(buffer) - end - ERROR_LENGTH.size < length:
-                    break
-                text = buffer[end + ERROR_LENGTH.size:end + ERROR_LENGTH.size + length]
-                error = OSError(f"journal: {text.decode('utf-8', 'replace')}")
-                end += ERROR_LENGTH.size + length
-            offset = end
-            group = self._in_flight
-            if group is not None and group.number == number:
-                self._committed(group, error)
-        self._inbox = buffer[offset:]
-
-    def _writer_died(self, writer: subprocess.Popen[bytes]) -> None:
-        """The writer process is gone: fail the group in flight and start another writer."""
-        assert self._loop is not None and writer.stdout is not None and writer.stdin is not None
-        self._loop.remove_reader(writer.stdout.fileno())
-        self._loop.remove_writer(writer.stdin.fileno())
-        code = writer.wait()
+    def _writer_died(self, code: int) -> None:
+        """The writer process is gone: fail the groups it had and start another writer."""
         log.error("journal %s: the writer process exited (%s); starting another", self.vhost, code)
-        writer.stdin.close()
-        writer.stdout.close()
+        lost = list(self._sent)
+        self._sent.clear()
         self._start_writer()
-        group = self._in_flight
-        if group is not None:
+        for group in lost:
             self._committed(group, OSError(f"the journal writer process exited ({code})"
-                                                 " before the commit was confirmed"))
+                                           " before the commit was confirmed"))
 
     def _committed(self, group: JournalGroup, error: BaseException | None) -> None:
         """The writer answered for ``group`` (a commit, or a probe when it has no rows)."""
         if group.rows:
             self.figures.committed(time.monotonic(), error is None)
-        self._in_flight = None
         probe = error is None and not group.rows
         if probe:
             group.done = True                   # a probe found room: the next commit is a real one

@@ -9,6 +9,7 @@ own (callers pass monotonic seconds), no I/O, nothing exported from here.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Sequence
 
 __all__ = ["Histogram", "JournalFigures", "COMMIT_SECONDS_BOUNDS", "GROUP_ROWS_BOUNDS"]
@@ -51,8 +52,7 @@ class Histogram:
 class JournalFigures:
     """Commits, their latency and size, and the bytes handed to them, of one journal."""
 
-    __slots__ = ("commit_seconds", "group_rows", "written_bytes", "failed_commits",
-                 "in_flight_since", "_handed_off_rows")
+    __slots__ = ("commit_seconds", "group_rows", "written_bytes", "failed_commits", "_handed_off")
 
     def __init__(self) -> None:
         self.commit_seconds = Histogram(COMMIT_SECONDS_BOUNDS)
@@ -60,25 +60,29 @@ class JournalFigures:
         #: bytes of rows handed to commits, as encoded for the writer
         self.written_bytes = 0
         self.failed_commits = 0
-        #: when the commit in flight was handed off (monotonic seconds); None: none in flight
-        self.in_flight_since: float | None = None
-        self._handed_off_rows = 0
+        # (when, rows) of each commit handed off and not yet answered, oldest first (answered in order)
+        self._handed_off: deque[tuple[float, int]] = deque()
+
+    @property
+    def in_flight_since(self) -> float | None:
+        """When the oldest commit in flight was handed off (monotonic seconds); None: none in flight."""
+        return self._handed_off[0][0] if self._handed_off else None
 
     def handed_off(self, rows: int, size: int, now: float) -> None:
         """A group of ``rows`` rows, ``size`` bytes encoded, went to be committed at ``now``."""
-        self.in_flight_since = now
-        self._handed_off_rows = rows
+        self._handed_off.append((now, rows))
         self.written_bytes += size
 
     def committed(self, now: float, succeeded: bool) -> None:
-        """The commit handed off last answered at ``now``."""
-        started, self.in_flight_since = self.in_flight_since, None
+        """The oldest commit handed off and not yet answered answered at ``now``."""
+        if not self._handed_off:
+            return
+        started, rows = self._handed_off.popleft()
         if not succeeded:
             self.failed_commits += 1
             return
-        if started is not None:
-            self.commit_seconds.observe(max(now - started, 0.0))
-        self.group_rows.observe(self._handed_off_rows)
+        self.commit_seconds.observe(max(now - started, 0.0))
+        self.group_rows.observe(rows)
 
     def in_flight_seconds(self, now: float) -> float:
         """How long the commit in flight has been waited for (0 when none is)."""
