@@ -120,12 +120,12 @@ def measure(location: str, code: str, phases: list[str]) -> None:
     from lakehouse.journal_writer import journal_table
     table = journal_table(location, 1)
     table.open()
-    counts = table.read("SELECT COUNT(*) AS rows, MAX(message_id) AS top FROM t").to_pylist()[0]
+    counts = table.read("SELECT COUNT(*) AS n, MAX(message_id) AS top FROM t").to_pylist()[0]
     watermark = next((r["result"] for r in results if r["phase"] == "watermark"), None)
     if watermark is not None and counts["top"] is not None:
         live = counts["top"] + 1 - int(watermark)           # build's journals: everything above it is live
     base = next((r["peak"] for r in results if r["phase"] == "baseline"), None)
-    print(f"journal {location}: {counts['rows']:,} rows, highest id {counts['top']:,}; code {code}")
+    print(f"journal {location}: {counts['n']:,} rows, highest id {counts['top']:,}; code {code}")
     print(f"{'phase':<11} {'peak RSS MiB':>12} {'over baseline':>14} {'B/live msg':>11} {'CPU s':>7}  result")
     for r in results:
         over = r["peak"] - base if base is not None else None

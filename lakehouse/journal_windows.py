@@ -24,7 +24,8 @@ the backlog.  So both are asked of one *window* of message ids
 
 The watermark stops at the first window holding a live message: with a
 backlog at the journal's head (the lowest live message stays put), that is
-one window per round, however long the backlog.  Retention only looks at ids
+one window per round, however long the backlog.  Each window starts at an
+``enqueue`` row's id, so a stretch of ids without messages costs none.  Retention only looks at ids
 up to the highest one an ending row before the cut-off names (a message that
 ended then has such a row, naming its id or a later one): none while nothing
 ended that long ago.  Its answer, the expired ids, is a sorted ``int64``
@@ -62,7 +63,9 @@ Window = tuple[int, int]
 WindowObserver = Callable[[Window], None]
 
 #: a range row's ids within the window ``[{low}, {high})`` (the row overlaps it), one row each
-_CLAMPED_RANGE_IDS = "unnest(generate_series(GREATEST(first_message_id, {low}), LEAST(message_id, {high} - 1)))"
+_CLAMPED_RANGE_IDS = ("unnest(generate_series("
+                      "CASE WHEN first_message_id > {low} THEN first_message_id ELSE {low} END, "
+                      "CASE WHEN message_id < {high} THEN message_id ELSE {high} - 1 END))")
 
 #: the lowest live message id of the window ``[{low}, {high})`` of the journal ``{source}``
 #: (NULL: none is live); "live" as in :data:`lakehouse.journal_writer.LIVE_CTES`
@@ -117,22 +120,28 @@ SELECT message_id FROM ended GROUP BY message_id
 HAVING COUNT(ended_at) = COUNT(*) AND MAX(ended_at) < TIMESTAMP '{{stamp}}'
 """
 
-#: which ids retention need look at: from the lowest ``enqueue`` to the highest id an ending
-#: row older than the cut-off names (NULL: no message can have ended before it)
-_EXPIRY_BOUNDS_SQL = f"""
-SELECT (SELECT MIN(message_id) FROM t WHERE event = '{ENQUEUE}') AS low,
-       (SELECT MAX(message_id) FROM t WHERE event IN ('{SETTLE}', '{QUEUE_DELETED}')
-                                        AND at < TIMESTAMP '{{stamp}}') AS high
+#: the highest id an ending row older than the cut-off names (NULL: no message ended before it)
+_EXPIRY_BOUND_SQL = f"""
+SELECT MAX(message_id) AS high FROM t
+WHERE event IN ('{SETTLE}', '{QUEUE_DELETED}') AND at < TIMESTAMP '{{stamp}}'
 """
 
 
-def windows(low: int, last: int, size: int) -> Iterator[Window]:
-    """``[low, last]`` cut into windows of ``size`` ids, lowest first."""
+def windows(table: AppendOnlyTable, start: int, last: int, size: int) -> Iterator[Window]:
+    """Windows of ``size`` ids from ``start`` to ``last``, lowest first, each starting at an
+    ``enqueue`` row's id: ids no message has (removed by retention, or between a lone old
+    message and the rest) cost no window."""
     if size < 1:
         raise ValueError(f"a window of {size} ids")
-    while low <= last:
+    low = _first_enqueued(table, start)
+    while low is not None and low <= last:
         yield low, low + size
-        low += size
+        low = _first_enqueued(table, low + size)
+
+
+def _first_enqueued(table: AppendOnlyTable, start: int) -> int | None:
+    return _scalar(table, f"SELECT MIN(message_id) AS low FROM t WHERE event = '{ENQUEUE}'"
+                          f" AND message_id >= {int(start)}", "low")
 
 
 def _scalar(table: AppendOnlyTable, sql: str, column: str) -> int | None:
@@ -152,7 +161,7 @@ def lowest_live_id(table: AppendOnlyTable, start: int, *, window: int = WINDOW_I
     if high is None:
         return None
     source = journal_source(has_ranges(table))
-    for bounds in windows(int(start), high, window):
+    for bounds in windows(table, int(start), high, window):
         if observe is not None:
             observe(bounds)
         low = _scalar(table, _window_sql(_LOWEST_LIVE_SQL, source, bounds), "low")
@@ -165,12 +174,11 @@ def expired_ids(table: AppendOnlyTable, cutoff: dt.datetime, *, window: int = WI
                 observe: WindowObserver | None = None) -> npt.NDArray[np.int64]:
     """Ids of messages whose every queue entry ended before ``cutoff`` (UTC), sorted."""
     stamp = cutoff.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
-    bounds = table.read(_EXPIRY_BOUNDS_SQL.format(stamp=stamp)).to_pylist()
-    low, high = (bounds[0]["low"], bounds[0]["high"]) if bounds else (None, None)
+    high = _scalar(table, _EXPIRY_BOUND_SQL.format(stamp=stamp), "high")
     found: list[npt.NDArray[np.int64]] = []
-    if low is not None and high is not None:
+    if high is not None:
         source = journal_source(has_ranges(table))
-        for ids in windows(int(low), int(high), window):
+        for ids in windows(table, 0, high, window):
             if observe is not None:
                 observe(ids)
             result = table.read(_window_sql(_EXPIRED_SQL, source, ids, stamp=stamp))

@@ -81,10 +81,11 @@ def _ranges_ended(keys: pa.Table, drop: pa.Array, expired: npt.NDArray[np.int64]
 
 
 def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime,
-                          state: LogState | None = None) -> int:
+                          state: LogState | None = None, *, window: int = WINDOW_IDS) -> int:
     """Remove every row of messages that ended before ``cutoff``; the number of rows removed.
 
-    ``state`` is the table's log as maintenance keeps it (read afresh without it).
+    ``state`` is the table's log as maintenance keeps it (read afresh without it);
+    ``window``: message ids per query (:mod:`lakehouse.journal_windows`).
     Why by hand and not delta-rs's ``DeltaTable.delete(predicate)``: its
     commit removes files with ``dataChange=true``, which stops every Spark
     stream reading the journal (Delta Spark's streaming source fails on it),
@@ -93,7 +94,7 @@ def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime,
     data change but Delta table is append-only" (``python -m
     bench.delta_maintenance``).
     """
-    expired = expired_ids(table, cutoff)
+    expired = expired_ids(table, cutoff, window=window)
     superseded = superseded_producer_rows(table, cutoff)
     if not len(expired) and not superseded.num_rows:
         return 0

@@ -173,6 +173,10 @@ def test_the_watermark_of_a_varied_journal_leaves_recovery_unchanged(tmp_path: P
         path.unlink(missing_ok=True)
         assert advance_watermark(table, window=size) == whole, size
         assert full_live(journal_) == everything, size      # recovery from the watermark: the same
+    # retention of everything that ended (a cut-off in the future), 2 ids a query: the live stay whole
+    assert purge_settled_history(table, dt.datetime.now(dt.timezone.utc) + HOUR, window=2) > 0
+    assert full_live(journal_) == everything
+    assert advance_watermark(table, window=2) == whole
     journal_.close()
 
 
@@ -180,7 +184,7 @@ def test_a_backlog_at_the_watermark_costs_one_window(tmp_path: Path) -> None:
     table = journal(tmp_path, [[row("enqueue", "q", i, BASE) for i in range(1, 201)]])
     seen: list[Window] = []
     assert advance_watermark(table, window=16, observe=seen.append) == 1
-    assert seen == [(0, 16)]
+    assert seen == [(1, 17)]
     # 1..40 consumed: the watermark moves a window at a time, each 16 ids wide, and stops at 41
     table.append(pa.Table.from_pylist([row("settle", "q", i, BASE + HOUR, outcome="acked")
                                        for i in range(1, 41)], schema=JOURNAL_SCHEMA))
@@ -193,11 +197,17 @@ def test_a_backlog_at_the_watermark_costs_one_window(tmp_path: Path) -> None:
     assert seen == [(41, 57)]
 
 
-def test_windows_cover_every_id_once() -> None:
-    assert list(windows(5, 14, 4)) == [(5, 9), (9, 13), (13, 17)]
-    assert list(windows(5, 4, 4)) == []
+def test_windows_start_at_messages_and_skip_ids_without_any(tmp_path: Path) -> None:
+    table = journal(tmp_path, [[row("enqueue", "q", i, BASE) for i in (*range(5, 15), 1000, 1001)],
+                               [row("queue_deleted", "q", 2000, BASE)]])
+    assert list(windows(table, 0, 2000, 4)) == [(5, 9), (9, 13), (13, 17), (1000, 1004)]
+    assert list(windows(table, 10, 1000, 4)) == [(10, 14), (14, 18), (1000, 1004)]
+    assert list(windows(table, 1002, 2000, 4)) == []
     with pytest.raises(ValueError):
-        list(windows(0, 10, 0))
+        list(windows(table, 0, 10, 0))
+    seen: list[Window] = []
+    assert lowest_live_id(table, 0, window=4, observe=seen.append) == 2001    # all deleted
+    assert seen == [(5, 9), (9, 13), (13, 17), (1000, 1004)]
 
 
 def test_the_upkeep_skips_the_watermark_while_nothing_is_committed(tmp_path: Path) -> None:
@@ -238,14 +248,15 @@ def test_retention_with_small_windows_keeps_what_the_whole_journal_query_keeps(t
     kept_by_size = []
     for size in (2, 1 << 18):
         table = journal(tmp_path / str(size), commits)
-        purge_settled_history(table, cutoff)
+        purge_settled_history(table, cutoff, window=size)
         left = table.read("SELECT event, queue, message_id, first_message_id FROM t"
                           " ORDER BY message_id, event, queue, first_message_id").to_pylist()
         kept_by_size.append(left)
         # no row of a message still live (or ended after the cut-off) went
         expired = set(model_expired(rows, cutoff))
         wanted = sorted((r["event"], r["queue"], r["message_id"]) for r in rows
-                        if r["message_id"] not in expired and r["first_message_id"] is None)
+                        if r["first_message_id"] is None
+                        and (r["message_id"] not in expired or r["event"] == "queue_deleted"))
         assert sorted((r["event"], r["queue"], r["message_id"]) for r in left
                       if r["first_message_id"] is None) == wanted
     assert kept_by_size[0] == kept_by_size[1]
