@@ -260,3 +260,14 @@ def test_retention_with_small_windows_keeps_what_the_whole_journal_query_keeps(t
         assert sorted((r["event"], r["queue"], r["message_id"]) for r in left
                       if r["first_message_id"] is None) == wanted
     assert kept_by_size[0] == kept_by_size[1]
+
+
+def test_membership_in_sorted_ids_by_binary_search() -> None:
+    import numpy as np
+
+    from lakehouse.journal_windows import sorted_member_mask
+
+    members = np.array([2, 5, 9], np.int64)
+    values = pa.chunked_array([[1, 2, None], [9, 10, 5]], pa.int64())
+    assert sorted_member_mask(values, members).to_pylist() == [False, True, False, True, False, True]
+    assert sorted_member_mask(pa.array([0, 2], pa.int64()), np.empty(0, np.int64)).to_pylist() == [False, False]
