@@ -292,6 +292,7 @@ def run_broker(name: str, broker: Any, a: argparse.Namespace) -> dict:
         out[f"rss_{phase}_peak"] = sampler.peak(phase)
         out[f"rss_{phase}_peak_tree"] = sampler.peak(phase, tree=True)
     out["rss_peak_by_process"] = dict(sampler.by_process)
+    out["rss_upkeep_peak"] = sampler.by_process.get("lakehouse.journal_upkeep")
     out["rss_rest"] = sampler.last("rest")
     out["rss_rest_tree"] = sampler.last("rest", tree=True)
     return out
@@ -310,6 +311,7 @@ ROWS = (
     ("first delivery after consume, s", "first_delivery_s", ",.2f", 1),
     ("RSS peak consuming, MiB", "rss_consume_peak", ",.0f", MIB),
     ("  broker tree, MiB", "rss_consume_peak_tree", ",.0f", MIB),
+    ("journal upkeep process RSS peak, MiB", "rss_upkeep_peak", ",.0f", MIB),
     ("broker CPU per delivery, us", "broker_cpu_us_per_message", ",.1f", 1),
     ("data directory after publishing, MiB", "data_bytes", ",.0f", MIB),
 )

@@ -13,6 +13,14 @@ Both processes commit to the same table and never conflict: appends remove
 nothing, and every commit is put-if-absent (the loser of a race for a
 version takes the next one, :meth:`AppendOnlyTable.commit_actions`).
 
+Its memory does not grow with the journal: the two questions it asks of the
+whole table -- the lowest live message (the recovery watermark) and which
+messages ended before the history retention's cut-off -- are asked one
+window of message ids at a time (:mod:`lakehouse.journal_windows`), and the
+watermark is not asked again while nothing was committed.  Checkpoints and
+compaction hold one round's files at most (``max_files_per_round``,
+``target_file_size``).
+
 The writer tells it when a checkpoint is due by writing a byte to its
 standard input; the end of that input (the writer is closing, or gone) makes
 it finish the round in progress and exit.
@@ -63,13 +71,32 @@ class JournalMaintenance(TableMaintenance):
     def __init__(self, table: AppendOnlyTable, *, history_hours: int, **options: Any) -> None:
         super().__init__(table, **options)
         self.history_hours = history_hours
+        #: the table's version when the watermark was last advanced (-1: not yet)
+        self._watermark_version = -1
+        #: how many times the watermark was computed (a round with no commit since skips it)
+        self.watermark_rounds = 0
 
     def vacuum(self) -> None:
         if not is_uri(self.table.uri):            # row retention rewrites files locally (not on S3 yet)
-            advance_watermark(self.table)
+            self.advance_watermark()
             cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=self.history_hours)
             purge_settled_history(self.table, cutoff, self.log_state())
         super().vacuum()
+
+    def advance_watermark(self) -> None:
+        """Move the recovery watermark up, unless nothing was committed since the last time.
+
+        The journal's live messages change only by commits: with none since,
+        the lowest live id is where the last round left it.  (Each round is one
+        window of ids while a backlog sits at the watermark:
+        :mod:`lakehouse.journal_windows`.)
+        """
+        version = self.log_state().version
+        if version == self._watermark_version:
+            return
+        advance_watermark(self.table)
+        self._watermark_version = version
+        self.watermark_rounds += 1
 
 
 class UpkeepProcess:

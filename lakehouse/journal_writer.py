@@ -49,7 +49,7 @@ import time
 from typing import BinaryIO
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import pyarrow as pa
 
@@ -244,20 +244,21 @@ def read_watermark(location: str | Path) -> int:
         return 0
 
 
-def advance_watermark(table: AppendOnlyTable) -> int:
-    """Move the watermark up to the lowest live message id (committed data only); the new value."""
+def advance_watermark(table: AppendOnlyTable, *, window: int | None = None,
+                      observe: Callable[[tuple[int, int]], None] | None = None) -> int:
+    """Move the watermark up to the lowest live message id (committed data only); the new value.
+
+    Asked one window of ``window`` message ids at a time (:mod:`lakehouse.journal_windows`:
+    the upkeep's memory stays bounded however long the backlog); ``observe`` is told each window.
+    """
+    from .journal_windows import WINDOW_IDS, lowest_live_id     # it imports this module
+
     current = read_watermark(table.uri)
     path = watermark_path(table.uri)
     if path is None:
         return current
-    sql = journal_sql(LIVE_CTES, current, ranges=has_ranges(table)) + """
-    SELECT (SELECT MIN(message_id) FROM live) AS low, (SELECT MAX(message_id) FROM j) AS high"""
-    result = table.read(sql).to_pylist()
-    if not result:
-        return current
-    low, high = result[0]["low"], result[0]["high"]
-    floor = low if low is not None else (high + 1 if high is not None else current)
-    if floor <= current:
+    floor = lowest_live_id(table, current, window=window or WINDOW_IDS, observe=observe)
+    if floor is None or floor <= current:
         return current
     temp = path.with_name(path.name + ".tmp")
     temp.write_text(str(floor))

@@ -8,9 +8,12 @@ removes all of its rows.  Live messages are never touched, however old.
 An exactly-once producer's ``producer_sequence`` rows older than the cut-off
 go too, except its highest (:mod:`lakehouse.producer_rows`).
 
-Which messages: one query over the table (DataFusion) finds each message
+Which messages: a query over the table (DataFusion) finds each message
 whose every queue entry ended (a ``settle`` row, or a later ``queue_deleted``
-of its queue) before the cut-off.  Which files: only those whose
+of its queue) before the cut-off, one window of message ids at a time
+(:mod:`lakehouse.journal_windows`: memory bounded by the window, not by the
+journal), and only up to the highest id an ending row older than the cut-off
+names.  Which files: only those whose
 ``message_id`` range (the file statistics the writer records) reaches the
 oldest of those messages are read; a file holding some of their rows is
 rewritten without them.  The swap is one commit whose ``remove`` and ``add``
@@ -22,7 +25,6 @@ the survivors again.  The table stays append-only for every reader.
 
 from __future__ import annotations
 
-import bisect
 import datetime as dt
 import json
 import logging
@@ -31,13 +33,15 @@ import uuid
 
 from urllib.parse import unquote
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .delta_table import AppendOnlyTable, fsync_path
-from .journal_schema import ENQUEUE, QUEUE_DELETED, RANGE_IDS_DATAFUSION, SETTLE
-from .journal_writer import has_ranges, journal_source
+from .journal_schema import QUEUE_DELETED
+from .journal_windows import WINDOW_IDS, WindowObserver, expired_ids, sorted_member_mask
 from .log_state import LogState
 from .producer_rows import PRODUCER_SEQUENCE, superseded_mask, superseded_producer_rows
 
@@ -49,67 +53,39 @@ log = logging.getLogger(__name__)
 _MARKERS = pa.array([QUEUE_DELETED, PRODUCER_SEQUENCE])
 
 
-def expired_message_ids(table: AppendOnlyTable, cutoff: dt.datetime) -> pa.Array:
-    """Ids of messages whose every queue entry ended before ``cutoff`` (UTC)."""
-    stamp = cutoff.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
-    source = journal_source(has_ranges(table))
-    sql = f"""
-    WITH enqueued AS (
-        SELECT queue, message_id FROM t WHERE event = '{ENQUEUE}'
-    ), settled AS (
-        SELECT queue, message_id, MIN(at) AS at FROM (
-            SELECT queue, message_id, at FROM {source} WHERE event = '{SETTLE}' AND first_message_id IS NULL
-            UNION ALL
-            SELECT queue, {RANGE_IDS_DATAFUSION} AS message_id, at FROM {source}
-            WHERE event = '{SETTLE}' AND first_message_id IS NOT NULL
-        ) GROUP BY queue, message_id
-    ), deleted AS (
-        SELECT e.queue, e.message_id, MIN(d.at) AS at
-        FROM enqueued e JOIN t d ON d.event = '{QUEUE_DELETED}' AND d.queue = e.queue
-                                 AND d.message_id >= e.message_id
-        GROUP BY e.queue, e.message_id
-    ), ended AS (
-        SELECT e.message_id, COALESCE(s.at, x.at) AS ended_at
-        FROM enqueued e
-        LEFT JOIN settled s ON s.queue = e.queue AND s.message_id = e.message_id
-        LEFT JOIN deleted x ON x.queue = e.queue AND x.message_id = e.message_id
-    )
-    SELECT message_id FROM ended GROUP BY message_id
-    HAVING COUNT(ended_at) = COUNT(*) AND MAX(ended_at) < TIMESTAMP '{stamp}'
+def expired_message_ids(table: AppendOnlyTable, cutoff: dt.datetime, *, window: int = WINDOW_IDS,
+                        observe: WindowObserver | None = None) -> pa.Array:
+    """Ids of messages whose every queue entry ended before ``cutoff`` (UTC), sorted.
+
+    Asked one window of ``window`` message ids at a time (:func:`lakehouse.journal_windows.expired_ids`).
     """
-    result = table.read(sql)
-    if not result.num_rows:
-        return pa.array([], pa.int64())
-    return result.column("message_id").combine_chunks()
+    return pa.array(expired_ids(table, cutoff, window=window, observe=observe), pa.int64())
 
 
-def _ranges_ended(keys: pa.Table, drop: pa.Array, expired: pa.Array, ended: list[int]) -> pa.Array:
+def _ranges_ended(keys: pa.Table, drop: pa.Array, expired: npt.NDArray[np.int64]) -> pa.Array:
     """``drop`` with its range rows decided: dropped only when every message of the range ended.
 
     A range row (``first_message_id`` set) stands for many messages; one whose
     last message ended may still cover another one live in some other queue,
-    whose settlement in this queue must stay.  ``ended`` caches ``expired`` sorted.
+    whose settlement in this queue must stay.  ``expired`` is sorted.
     """
     firsts = keys.column("first_message_id")
     ranged = pc.fill_null(pc.is_valid(firsts), False)
     if not pc.any(ranged).as_py():
         return drop
-    if not ended:
-        ended.extend(sorted(expired.to_pylist()))
-    decided: list[bool | None] = []
-    for first, last in zip(firsts.to_pylist(), keys.column("message_id").to_pylist()):
-        if first is None:
-            decided.append(None)
-        else:
-            decided.append(bisect.bisect_right(ended, last) - bisect.bisect_left(ended, first) == last - first + 1)
-    return pc.if_else(ranged, pa.array(decided, pa.bool_()), drop)
+    first = np.asarray(pc.fill_null(firsts, 0).to_numpy(), np.int64)
+    last = np.asarray(pc.fill_null(keys.column("message_id"), 0).to_numpy(), np.int64)
+    # every id of [first, last] is among the expired ones: as many of them as the range holds
+    inside = np.searchsorted(expired, last, side="right") - np.searchsorted(expired, first, side="left")
+    return pc.if_else(ranged, pa.array(inside == last - first + 1), drop)
 
 
 def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime,
-                          state: LogState | None = None) -> int:
+                          state: LogState | None = None, *, window: int = WINDOW_IDS) -> int:
     """Remove every row of messages that ended before ``cutoff``; the number of rows removed.
 
-    ``state`` is the table's log as maintenance keeps it (read afresh without it).
+    ``state`` is the table's log as maintenance keeps it (read afresh without it);
+    ``window``: message ids per query (:mod:`lakehouse.journal_windows`).
     Why by hand and not delta-rs's ``DeltaTable.delete(predicate)``: its
     commit removes files with ``dataChange=true``, which stops every Spark
     stream reading the journal (Delta Spark's streaming source fails on it),
@@ -118,11 +94,11 @@ def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime,
     data change but Delta table is append-only" (``python -m
     bench.delta_maintenance``).
     """
-    expired = expired_message_ids(table, cutoff)
+    expired = expired_ids(table, cutoff, window=window)
     superseded = superseded_producer_rows(table, cutoff)
     if not len(expired) and not superseded.num_rows:
         return 0
-    newest = max(pc.max(expired).as_py() if len(expired) else -1,
+    newest = max(int(expired[-1]) if len(expired) else -1,
                  pc.max(superseded.column("message_id")).as_py() if superseded.num_rows else -1)
     if state is None:
         state = LogState(table.path)
@@ -132,7 +108,6 @@ def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime,
     table.check(state)
     table.observe(state.version)                       # the appender may be another process
     removed_rows = 0
-    ended: list[int] = []                              # the expired ids, sorted, once a range row needs them
     removes: list[dict[str, object]] = []
     adds: list[dict[str, object]] = []
     now_ms = int(time.time() * 1000)
@@ -146,10 +121,10 @@ def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime,
         keys = pq.read_table(path, columns=[c for c in wanted if c in pq.read_schema(path).names])
         # queue_deleted markers stay: they are what keeps a deleted queue's messages away;
         # producer sequences too, each producer's highest: it is what keeps a replayed batch out
-        drop = pc.and_(pc.is_in(keys.column("message_id"), value_set=expired),
+        drop = pc.and_(sorted_member_mask(keys.column("message_id"), expired),
                        pc.invert(pc.is_in(keys.column("event"), value_set=_MARKERS)))
         if "first_message_id" in keys.column_names:
-            drop = _ranges_ended(keys, drop, expired, ended)
+            drop = _ranges_ended(keys, drop, expired)
         if superseded.num_rows:
             drop = pc.or_(drop, superseded_mask(keys, superseded))
         dropped = pc.sum(drop).as_py() or 0

@@ -1,0 +1,207 @@
+"""The journal's upkeep queries, one window of message ids at a time, so their memory is bounded.
+
+The upkeep process (:mod:`lakehouse.journal_upkeep`) asks the journal two
+questions: which is the lowest live message (the recovery watermark,
+:func:`lowest_live_id`), and which messages ended before the history
+retention's cut-off (:func:`expired_ids`).  Asked of the whole table at once,
+both are hash joins of every ``enqueue`` row against every ``settle`` row: a
+process whose memory grew with the journal, 2.7 GiB with ten million 1 KB
+messages queued (about 260 bytes per message), though nothing changed but
+the backlog.  So both are asked of one *window* of message ids
+``[low, high)`` at a time:
+
+* the rows joined are the ``enqueue`` and ``settle`` rows of the window's
+  ids: a single-message row by its ``message_id``, a range row (schema 3,
+  ``first_message_id`` to ``message_id``) when it overlaps the window, and
+  then only for the ids it has in the window (the expansion is clamped to
+  it, so a grant of a million ids costs what the window holds);
+* a row about an id of the window can sit anywhere later in the table (a
+  message settled days after it was published): each window scans the rows
+  from its ``low`` on, and filters before it joins; the scan streams, only
+  the join's input is held;
+* ``queue_deleted`` rows end every earlier message of their queue: each
+  window reads those from its ``low`` on (one row per deletion, few).
+
+The watermark stops at the first window holding a live message: with a
+backlog at the journal's head (the lowest live message stays put), that is
+one window per round, however long the backlog.  Each window starts at an
+``enqueue`` row's id, so a stretch of ids without messages costs none.  Retention only looks at ids
+up to the highest one an ending row before the cut-off names (a message that
+ended then has such a row, naming its id or a later one): none while nothing
+ended that long ago.  Its answer, the expired ids, is a sorted ``int64``
+array: 8 bytes per message it removes in that round.
+
+Windows of one question may read successive versions of the table (the writer
+keeps committing): a message that ended stays ended (the journal never
+enqueues an id again once every queue has settled it), so each window's
+answer still holds for the later versions.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from .delta_table import AppendOnlyTable
+from .journal_schema import ENQUEUE, QUEUE_DELETED, SETTLE
+from .journal_writer import has_ranges, journal_source
+
+__all__ = ["WINDOW_IDS", "Window", "windows", "lowest_live_id", "expired_ids", "sorted_member_mask"]
+
+#: message ids per window (DELTAMQ_JOURNAL_UPKEEP_WINDOW): what one join of the upkeep holds
+#: at most, times the rows per id (one ``enqueue`` and one ``settle`` per queue reached)
+WINDOW_IDS = int(os.environ.get("DELTAMQ_JOURNAL_UPKEEP_WINDOW", str(1 << 18)))
+
+#: ``[low, high)``: the message ids one query looks at
+Window = tuple[int, int]
+#: told of every window queried (tests check the work done is bounded by the window)
+WindowObserver = Callable[[Window], None]
+
+#: a range row's ids within the window ``[{low}, {high})`` (the row overlaps it), one row each
+_CLAMPED_RANGE_IDS = ("unnest(generate_series("
+                      "CASE WHEN first_message_id > {low} THEN first_message_id ELSE {low} END, "
+                      "CASE WHEN message_id < {high} THEN message_id ELSE {high} - 1 END))")
+
+#: the lowest live message id of the window ``[{low}, {high})`` of the journal ``{source}``
+#: (NULL: none is live); "live" as in :data:`lakehouse.journal_writer.LIVE_CTES`
+_LOWEST_LIVE_SQL = f"""
+WITH j AS (
+    SELECT event, queue, message_id, first_message_id FROM {{source}} WHERE message_id >= {{low}}
+), deleted AS (
+    SELECT queue, MAX(message_id) AS upto FROM j WHERE event = '{QUEUE_DELETED}' GROUP BY queue
+), settled AS (
+    SELECT DISTINCT queue, message_id FROM (
+        SELECT queue, message_id FROM j
+        WHERE event = '{SETTLE}' AND first_message_id IS NULL AND message_id < {{high}}
+        UNION ALL
+        SELECT queue, {_CLAMPED_RANGE_IDS} AS message_id FROM j
+        WHERE event = '{SETTLE}' AND first_message_id IS NOT NULL AND first_message_id < {{high}}
+    )
+), enqueued AS (
+    SELECT e.queue, e.message_id FROM j e LEFT JOIN deleted d ON e.queue = d.queue
+    WHERE e.event = '{ENQUEUE}' AND e.message_id < {{high}} AND (d.upto IS NULL OR e.message_id > d.upto)
+)
+SELECT MIN(e.message_id) AS low FROM enqueued e
+LEFT JOIN settled s ON s.queue = e.queue AND s.message_id = e.message_id
+WHERE s.message_id IS NULL
+"""
+
+#: the ids of the window ``[{low}, {high})`` whose every queue entry ended before ``{stamp}``
+_EXPIRED_SQL = f"""
+WITH j AS (
+    SELECT event, queue, message_id, first_message_id, at FROM {{source}} WHERE message_id >= {{low}}
+), enqueued AS (
+    SELECT queue, message_id FROM j WHERE event = '{ENQUEUE}' AND message_id < {{high}}
+), settled AS (
+    SELECT queue, message_id, MIN(at) AS at FROM (
+        SELECT queue, message_id, at FROM j
+        WHERE event = '{SETTLE}' AND first_message_id IS NULL AND message_id < {{high}}
+        UNION ALL
+        SELECT queue, {_CLAMPED_RANGE_IDS} AS message_id, at FROM j
+        WHERE event = '{SETTLE}' AND first_message_id IS NOT NULL AND first_message_id < {{high}}
+    ) GROUP BY queue, message_id
+), deleted AS (
+    SELECT e.queue, e.message_id, MIN(d.at) AS at
+    FROM enqueued e JOIN j d ON d.event = '{QUEUE_DELETED}' AND d.queue = e.queue
+                             AND d.message_id >= e.message_id
+    GROUP BY e.queue, e.message_id
+), ended AS (
+    SELECT e.message_id, COALESCE(s.at, x.at) AS ended_at
+    FROM enqueued e
+    LEFT JOIN settled s ON s.queue = e.queue AND s.message_id = e.message_id
+    LEFT JOIN deleted x ON x.queue = e.queue AND x.message_id = e.message_id
+)
+SELECT message_id FROM ended GROUP BY message_id
+HAVING COUNT(ended_at) = COUNT(*) AND MAX(ended_at) < TIMESTAMP '{{stamp}}'
+"""
+
+#: the highest id an ending row older than the cut-off names (NULL: no message ended before it)
+_EXPIRY_BOUND_SQL = f"""
+SELECT MAX(message_id) AS high FROM t
+WHERE event IN ('{SETTLE}', '{QUEUE_DELETED}') AND at < TIMESTAMP '{{stamp}}'
+"""
+
+
+def windows(table: AppendOnlyTable, start: int, last: int, size: int) -> Iterator[Window]:
+    """Windows of ``size`` ids from ``start`` to ``last``, lowest first, each starting at an
+    ``enqueue`` row's id: ids no message has (removed by retention, or between a lone old
+    message and the rest) cost no window."""
+    if size < 1:
+        raise ValueError(f"a window of {size} ids")
+    low = _first_enqueued(table, start)
+    while low is not None and low <= last:
+        yield low, low + size
+        low = _first_enqueued(table, low + size)
+
+
+def _first_enqueued(table: AppendOnlyTable, start: int) -> int | None:
+    return _scalar(table, f"SELECT MIN(message_id) AS low FROM t WHERE event = '{ENQUEUE}'"
+                          f" AND message_id >= {int(start)}", "low")
+
+
+def _scalar(table: AppendOnlyTable, sql: str, column: str) -> int | None:
+    result = table.read(sql)
+    if not result.num_rows or column not in result.column_names:
+        return None
+    value = result.column(column)[0].as_py()
+    return None if value is None else int(value)
+
+
+def lowest_live_id(table: AppendOnlyTable, start: int, *, window: int = WINDOW_IDS,
+                   observe: WindowObserver | None = None) -> int | None:
+    """The lowest live message id from ``start`` on, or one past the highest id when none is
+    live; None when the table has no row from ``start`` on.  Windows from ``start`` up, until
+    one holds a live message."""
+    high = _scalar(table, f"SELECT MAX(message_id) AS high FROM t WHERE message_id >= {int(start)}", "high")
+    if high is None:
+        return None
+    source = journal_source(has_ranges(table))
+    for bounds in windows(table, int(start), high, window):
+        if observe is not None:
+            observe(bounds)
+        low = _scalar(table, _window_sql(_LOWEST_LIVE_SQL, source, bounds), "low")
+        if low is not None:
+            return low
+    return high + 1
+
+
+def expired_ids(table: AppendOnlyTable, cutoff: dt.datetime, *, window: int = WINDOW_IDS,
+                observe: WindowObserver | None = None) -> npt.NDArray[np.int64]:
+    """Ids of messages whose every queue entry ended before ``cutoff`` (UTC), sorted."""
+    stamp = cutoff.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+    high = _scalar(table, _EXPIRY_BOUND_SQL.format(stamp=stamp), "high")
+    found: list[npt.NDArray[np.int64]] = []
+    if high is not None:
+        source = journal_source(has_ranges(table))
+        for ids in windows(table, 0, high, window):
+            if observe is not None:
+                observe(ids)
+            result = table.read(_window_sql(_EXPIRED_SQL, source, ids, stamp=stamp))
+            if result.num_rows:
+                found.append(result.column("message_id").to_numpy().astype(np.int64))
+    if not found:
+        return np.empty(0, np.int64)
+    return np.sort(np.concatenate(found))
+
+
+def _window_sql(template: str, source: str, bounds: Window, **values: str) -> str:
+    low, high = bounds
+    return template.format(source=source, low=int(low), high=int(high), **values)
+
+
+def sorted_member_mask(values: pa.Array | pa.ChunkedArray, members: npt.NDArray[np.int64]) -> pa.Array:
+    """Which of ``values`` (int64, nulls: no) are among ``members`` (sorted): a binary search
+    each, not a hash set of ``members`` built for every call as ``pc.is_in`` does."""
+    array = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    if not len(members):
+        return pa.array(np.zeros(len(array), bool))
+    valid = np.asarray(array.is_valid().to_numpy(zero_copy_only=False), bool)
+    ids = np.asarray(array.fill_null(0).to_numpy(zero_copy_only=False), np.int64)
+    found = np.searchsorted(members, ids)
+    hit = members[np.minimum(found, len(members) - 1)] == ids
+    return pa.array(hit & valid)
