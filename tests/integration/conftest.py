@@ -50,10 +50,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # -- the broker process ---------------------------------------------------------
 
+_HANDED_OUT: set[int] = set()
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port never handed out before in this test run: the kernel may give a
+    port just released to the next bind, so two calls in a row could otherwise agree."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def _serve_command() -> list[str]:

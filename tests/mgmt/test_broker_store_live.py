@@ -33,10 +33,12 @@ SEEDED = "was empty: seeded from"
 RECOVERED = "configuration recovered from the broker's configuration store"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_ports() -> tuple[int, int]:
+    """Two distinct free loopback ports (two binds in a row may be given the same one)."""
+    with socket.socket() as first, socket.socket() as second:
+        first.bind(("127.0.0.1", 0))
+        second.bind(("127.0.0.1", 0))
+        return int(first.getsockname()[1]), int(second.getsockname()[1])
 
 
 def default_config() -> dict[str, Any]:
@@ -100,7 +102,7 @@ class Broker:
         self.logs.append(self.log())
         os.killpg(proc.pid, kill)
         proc.wait(timeout=20)
-        self.process.amqp_port, self.process.http_port = free_port(), free_port()
+        self.process.amqp_port, self.process.http_port = free_ports()
         base = self.base
         for option, value in (("--amqp-port", self.process.amqp_port),
                               ("--http-port", self.process.http_port)):
