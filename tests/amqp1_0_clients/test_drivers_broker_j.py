@@ -3,9 +3,8 @@
 The drivers the 1.0 tests run against DeltaMQ (test_drivers_deltamq.py) are proven
 here against Apache Qpid Broker-J 9.2.0, the broker whose behaviour DeltaMQ follows,
 in every scenario they have (bench/broker_j.py starts a private one on a free loopback
-port).  These tests run only where Broker-J has been fetched
-(``python -m bench.broker_j --fetch``; the AMQP 1.0 benchmark fetches it too): the
-normal suite does not download a broker.
+port).  `make test` fetches Broker-J first (tools/ensure-amqp1-clients; by hand:
+``python -m bench.broker_j --fetch``); where it could not be fetched these tests skip.
 """
 
 from __future__ import annotations
