@@ -43,8 +43,7 @@ from .versions import SERVER_ONLY, VERSION_TABLES, method_ids, method_ids_table,
 from .held_frames import HeldFrames
 from .store_wait import StoreWaits
 from .codec import (FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD,
-                    FRAME_MIN_SIZE, HEARTBEAT_FRAME, malformed_reason,
-                    method_frame)
+                    FRAME_MIN_SIZE, HEARTBEAT_FRAME, malformed_reason, method_frame)
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +180,10 @@ class AmqpConnection(OutputQueue):
         except Exception as exc:  # a bug must not take the broker down with it
             self.failed(exc)
         self._rest = buf[o:] if o < n and self.state is not State.CLOSED else b""
+        if self.state is State.AUTHENTICATING and len(self._rest) > limit:  # (reading is paused then)
+            self._rest = b""
+            self._connection_error(errors.FrameError(f"more than frame_max ({limit} bytes) sent"
+                                                     " before the login was answered"))
         self._after_input()
 
     def output_drained(self) -> None:
@@ -208,8 +211,10 @@ class AmqpConnection(OutputQueue):
     @property
     def reading_paused(self) -> bool:
         """A blocked publisher is read only until its held frames reach :data:`HOLD_LIMIT`
-        (likewise a connection whose channels wait for the store)."""
-        return self._held.size >= HOLD_LIMIT or self.store_waits.reading_paused
+        (likewise a connection whose channels wait for the store); nothing is read while
+        a login is checked (a client may send at most one frame before it is answered)."""
+        return (self._held.size >= HOLD_LIMIT or self.store_waits.reading_paused
+                or self.state is State.AUTHENTICATING)
 
     def connection_lost(self) -> None:
         """The peer went away (EOF, reset, missed heartbeats): release everything."""
@@ -226,6 +231,8 @@ class AmqpConnection(OutputQueue):
 
     def work_done(self, result: Any, error: BaseException | None = None) -> None:
         self.authentication_done(result, error)
+        if not self.closed:
+            self._reading_changed()
 
     def close(self, error: errors.BrokerError) -> None:
         """Broker-initiated close (e.g. 320 CONNECTION_FORCED on shutdown)."""
@@ -506,17 +513,14 @@ class AmqpConnection(OutputQueue):
         mechanism = method.mechanism
         offered = self.host.sasl_mechanisms(self.remote_host)
         if mechanism not in offered:
-            # A connection.close naming it (403, as for any refused login), even to
-            # clients without authentication_failure_close: they chose no mechanism
-            # offered, so no password was tried.
+            # 403 as for any refused login, even without authentication_failure_close: no password was tried
             raise errors.ConnectionAccessRefused(f"authentication mechanism '{mechanism}' is not"
                                                  f" supported; this broker offers: {' '.join(offered)}")
         self._mechanism = mechanism
         self._sasl = sasl_exchange.start(self.host, mechanism, self.remote_host)
         if not method.response and mechanism in sasl_exchange.CLIENT_FIRST:
-            # No initial response (Qpid's clients): RFC 4422 section 5 -- a
-            # client-first mechanism then gets an empty challenge, and the
-            # response comes in connection.secure-ok (spec 0-9-1 1.4.2.3).
+            # No initial response (Qpid's clients): a client-first mechanism gets an empty challenge and
+            # the response comes in connection.secure-ok (RFC 4422 section 5, spec 0-9-1 1.4.2.3).
             self.state = State.AWAITING_SECURE_OK
             self.send_method(0, m.ConnectionSecure(challenge=b""))
             return
@@ -537,6 +541,7 @@ class AmqpConnection(OutputQueue):
         self.state = State.AUTHENTICATING
         self.authentication = lambda: server.respond(response)
         self.on_event(WorkRequested(self.authentication))
+        self._reading_changed()
 
     def authentication_done(self, step: SaslStep | None, error: BaseException | None = None) -> None:
         """The transport ran :attr:`authentication`; continue the handshake (spec 4.2.2):
@@ -569,9 +574,8 @@ class AmqpConnection(OutputQueue):
         self.principal = principal
         self._sasl = self._sasl_done = None
         self.state = State.AWAITING_TUNE_OK
-        self.send_method(0, m.ConnectionTune(
-            channel_max=self.host.channel_max, frame_max=self.host.frame_max,
-            heartbeat=self.host.heartbeat))
+        self.send_method(0, m.ConnectionTune(channel_max=self.host.channel_max, frame_max=self.host.frame_max,
+                                             heartbeat=self.host.heartbeat))
 
     def _refuse_login(self, text: str) -> None:
         # RabbitMQ's authentication_failure_close: clients that announce it get a
@@ -616,12 +620,8 @@ class AmqpConnection(OutputQueue):
 
     # -- errors and shutdown ------------------------------------------------------
     def reply_text(self, exc: errors.BrokerError) -> str:
-        """``exc``'s text for this client, at most a short string long.
-
-        The messaging layer names a virtual host by its own name (``default``);
-        the client named it in connection.open (``/``), and RabbitMQ's texts
-        ("no queue 'q' in vhost '/'") use the client's name, so this does too.
-        """
+        """``exc``'s text for this client, at most a short string long, naming the virtual host
+        as the client did in connection.open (``/``, not ``default``), as RabbitMQ's texts do."""
         text = exc.reply_text
         named, own = self.virtual_host_as_named, self.virtual_host_name
         if named and named != own:

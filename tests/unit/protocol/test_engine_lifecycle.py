@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from broker.protocol.amqp0_9_1 import methods as m
+from broker.protocol.engine import PauseReading, ResumeReading
 
-from .harness import Client, FakeHost
+from .harness import Client, FakeHost, run_authentication
 
 
 def test_opened_only_once_open_ok_is_sent() -> None:
@@ -48,3 +49,34 @@ def test_close_ok_to_our_close_ends_the_connection_at_once() -> None:
     c.expect(m.ConnectionClose, 0)
     c.send(0, m.ConnectionCloseOk())
     assert c.server.closed and not c.server.awaits_peer_close
+
+
+def _start_ok_plain(c: Client) -> bytes:
+    c.expect(m.ConnectionStart)
+    return c.encode(0, m.ConnectionStartOk(client_properties={}, mechanism="PLAIN",
+                                           response=b"\x00guest\x00guest", locale="en_US"))
+
+
+def test_nothing_is_read_while_a_login_is_checked() -> None:
+    # the check runs in a worker thread: the transport must not read (and the engine hold)
+    # whatever an unauthenticated peer sends meanwhile
+    c = Client(FakeHost())
+    events: list[object] = []
+    c.server.on_event = events.append
+    pipelined = c.encode(0, m.ConnectionTuneOk(channel_max=10, frame_max=131072, heartbeat=0))
+    c.server.receive_data(_start_ok_plain(c) + pipelined)
+    assert c.server.reading_paused and events[-1] == PauseReading()
+    run_authentication(c.server)
+    assert not c.server.reading_paused and events[-1] == ResumeReading()
+    c.expect(m.ConnectionTune)                    # and the pipelined tune-ok was read after it
+    c.send(0, m.ConnectionOpen(virtual_host="/"))
+    c.expect(m.ConnectionOpenOk)
+
+
+def test_more_than_a_frame_sent_before_the_login_is_answered_closes_with_a_frame_error() -> None:
+    c = Client(FakeHost(frame_max=4096))         # before tune, a frame is the broker's frame_max
+    c.raw(_start_ok_plain(c) + b"\x01\x00\x00" + b"B" * 5000)     # the check answers after
+    [(channel, close)] = c.take()                 # a close, and no connection.tune
+    assert channel == 0 and isinstance(close, m.ConnectionClose) and close.reply_code == 501
+    assert "before the login was answered" in close.reply_text
+    assert c.server.closed and c.server.buffered_bytes == 0

@@ -88,10 +88,12 @@ def test_the_handshake_reports_work_idle_timing_and_opened() -> None:
     assert driver.wakeups == 1 and isinstance(driver.methods()[0], m.ConnectionStart)
     driver.send(0, m.ConnectionStartOk(client_properties={}, mechanism="PLAIN",
                                        response=b"\x00guest\x00guest", locale="en_US"))
-    [requested] = driver.events
+    requested, paused = driver.events
     assert isinstance(requested, WorkRequested)         # the password is verified off the loop
+    assert paused == PauseReading()                      # and nothing read meanwhile
     assert driver.methods() == []                        # nothing until the work is done
     driver.run_work()
+    assert driver.take_events() == [paused, ResumeReading()]
     assert isinstance(driver.methods()[0], m.ConnectionTune)
     driver.send(0, m.ConnectionTuneOk(channel_max=10, frame_max=131072, heartbeat=20))
     assert driver.take_events() == [IdleTiming(interval=20, send_after=9.0, expire_after=40.0)]
@@ -121,7 +123,7 @@ def test_a_refused_login_finishes_without_linger() -> None:
     driver.send(0, m.ConnectionStartOk(client_properties={}, mechanism="PLAIN",
                                        response=b"\x00guest\x00wrong", locale="en_US"))
     driver.run_work()
-    assert driver.take_events() == [Finished(linger=False)]
+    assert driver.take_events() == [PauseReading(), Finished(linger=False)]   # no reading resumed
 
 
 def test_the_peers_close_is_answered_and_the_engine_finishes_with_linger() -> None:
