@@ -58,7 +58,9 @@ from broker.messaging.message_format import MessageFormat, format_for
 from broker.messaging.records import to_json_value
 
 from .commit_pipeline import ERROR_LENGTH, PROBE, REPLY, Publisher, Work
+from .commit_trace import WriterTrace, writer_trace
 from .delta_table import AppendOnlyTable, add_missing_columns, fsync_path, is_uri
+from .log_commit import ROUNDS
 from .journal_schema import (DELIVER, ENQUEUE, JOURNAL_SCHEMA, QUEUE_DELETED, RANGE_IDS_DATAFUSION, RANGE_IDS_SPARK,
                              REQUEUE, SETTLE, TIMESTAMP, upgrade_note)
 
@@ -315,7 +317,8 @@ def _read_exactly(stream: BinaryIO, size: int) -> bytes | None:
     return data
 
 
-def serve(table: AppendOnlyTable, encoder: RowEncoder, requests: BinaryIO, replies: BinaryIO) -> None:
+def serve(table: AppendOnlyTable, encoder: RowEncoder, requests: BinaryIO, replies: BinaryIO,
+          trace: WriterTrace | None = None) -> None:
     """Append every group read from ``requests`` and answer on ``replies``, until told to stop.
 
     Each group is staged here (its Parquet file and commit content written and
@@ -325,7 +328,7 @@ def serve(table: AppendOnlyTable, encoder: RowEncoder, requests: BinaryIO, repli
     logs it, once per change of state); only an unexpected kind of error gets
     a traceback here, once per run of failures.
     """
-    publisher = Publisher(table, replies, SLOW_COMMIT)
+    publisher = Publisher(table, replies, SLOW_COMMIT, trace)
     try:
         while True:
             header = _read_exactly(requests, REQUEST.size)
@@ -341,14 +344,27 @@ def serve(table: AppendOnlyTable, encoder: RowEncoder, requests: BinaryIO, repli
                 publisher.staged(number, PROBE)
                 continue
             work: Work
+            traced = trace.received(number) if trace is not None else None
             try:
                 started = time.perf_counter()
-                work = (table.stage(encoder.table(pickle.loads(payload))), started)
+                batch = encoder.table(pickle.loads(payload))
+                if traced is not None:
+                    trace.mark(traced, "encoded")
+                work = (table.stage(batch), started)
+                if traced is not None:
+                    trace.stage_done(traced, ROUNDS.stage)
             except Exception as exc:            # answered in its turn, after the groups before it
                 work = exc
             publisher.staged(number, work)
     finally:
         publisher.close()                       # what was staged is published and answered
+
+
+def _traced(trace: WriterTrace, due: Callable[[], None]) -> Callable[[], None]:
+    def checkpoint_due() -> None:
+        trace.event("checkpoint_due")
+        due()
+    return checkpoint_due
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -368,12 +384,15 @@ def main(argv: list[str] | None = None) -> int:
 
     table = open_journal_table(location, log_hours)
     upkeep = UpkeepProcess(location, history_hours, log_hours)
-    table.on_checkpoint_due = upkeep.checkpoint_due
+    trace = writer_trace()
+    table.on_checkpoint_due = upkeep.checkpoint_due if trace is None else _traced(trace, upkeep.checkpoint_due)
     try:
-        serve(table, RowEncoder(vhost), sys.stdin.buffer, sys.stdout.buffer)
+        serve(table, RowEncoder(vhost), sys.stdin.buffer, sys.stdout.buffer, trace)
     finally:
         table.on_checkpoint_due = None
         upkeep.close()
+        if trace is not None:
+            trace.close()
         table.close()
     return 0
 

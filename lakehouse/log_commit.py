@@ -62,7 +62,7 @@ from .table_features import check_table
 from .version_checksum import TableChecksum
 
 __all__ = ["LogCommits", "StagedAppend", "CommittedUnsynced", "fsync_path", "PROBE_BYTES",
-           "PARQUET_OPTIONS"]
+           "PARQUET_OPTIONS", "ROUNDS"]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,16 @@ PROBE_BYTES = 64 * 1024
 #: the file larger, not smaller.  A table's own ``stats_column`` and ``time_stats_column``
 #: keep their Parquet statistics (readers skip row groups by them); see :meth:`LogCommits.writer_options`.
 PARQUET_OPTIONS: dict[str, Any] = {"compression": "snappy", "use_dictionary": False}
+
+
+class _Rounds:
+    """When the last fsync rounds of an append began and ended (monotonic seconds; for tracing)."""
+
+    stage: tuple[float, float] | None = None
+    publish: tuple[float, float] | None = None
+
+
+ROUNDS = _Rounds()
 
 
 class CommittedUnsynced(OSError):
@@ -186,7 +196,9 @@ class LogCommits:
             _write_all(descriptors[-1], _lines(actions), staged.temp)
             descriptors.append(os.open(self.path, os.O_RDONLY))
             # the file's content, the commit's content and the file's name, in one round
+            started = time.monotonic()
             fsync_together(descriptors)
+            ROUNDS.stage = (started, time.monotonic())
         except BaseException:
             staged.discard()
             raise
@@ -258,7 +270,9 @@ class LogCommits:
         finally:
             os.unlink(temp)
         try:
+            started = time.monotonic()
             fsync_path(log_dir)                 # the commit file's name
+            ROUNDS.publish = (started, time.monotonic())
         except OSError as exc:
             raise CommittedUnsynced(version, exc) from exc
         return version
