@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from .commit_trace import WriterTrace
 from .log_commit import ROUNDS, StagedAppend
+from .writer_priority import apply_to_thread
 
 __all__ = ["Publisher", "PIPELINE_DEPTH", "REPLY", "ERROR_LENGTH", "DURABLE", "FAILED", "STAGED",
            "PROBE", "CommitTarget"]
@@ -118,6 +119,7 @@ class Publisher:
                 self._broken = True
 
     def _run(self) -> None:
+        apply_to_thread()                       # as the stager: lakehouse.writer_priority
         while True:
             item = self._work.get()
             if item is None:
@@ -154,5 +156,5 @@ class Publisher:
         else:
             self._failing = False
             self.answer(number, DURABLE)
-            if traced is not None:
-                trace.published(number, traced, ROUNDS.publish, self._checksum_took)  # type: ignore[union-attr]
+            if trace is not None and traced is not None:
+                trace.published(number, traced, ROUNDS.publish, self._checksum_took)

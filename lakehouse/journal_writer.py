@@ -61,6 +61,7 @@ from .commit_pipeline import ERROR_LENGTH, PROBE, REPLY, Publisher, Work
 from .commit_trace import WriterTrace, writer_trace
 from .delta_table import AppendOnlyTable, add_missing_columns, fsync_path, is_uri
 from .log_commit import ROUNDS
+from .writer_priority import enable_in_this_process
 from .journal_schema import (DELIVER, ENQUEUE, JOURNAL_SCHEMA, QUEUE_DELETED, RANGE_IDS_DATAFUSION, RANGE_IDS_SPARK,
                              REQUEUE, SETTLE, TIMESTAMP, upgrade_note)
 
@@ -348,10 +349,10 @@ def serve(table: AppendOnlyTable, encoder: RowEncoder, requests: BinaryIO, repli
             try:
                 started = time.perf_counter()
                 batch = encoder.table(pickle.loads(payload))
-                if traced is not None:
+                if trace is not None and traced is not None:
                     trace.mark(traced, "encoded")
                 work = (table.stage(batch), started)
-                if traced is not None:
+                if trace is not None and traced is not None:
                     trace.stage_done(traced, ROUNDS.stage)
             except Exception as exc:            # answered in its turn, after the groups before it
                 work = exc
@@ -378,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     # the publisher thread wakes from its fsync while the main thread encodes the next group:
     # it must get the interpreter back within a fraction of a commit, not Python's 5 ms
     sys.setswitchinterval(SWITCH_INTERVAL)
+    enable_in_this_process()            # threads ahead of normal work: lakehouse.writer_priority
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s journal-writer: %(message)s")
     from .journal_upkeep import UpkeepProcess          # it imports this module

@@ -60,6 +60,7 @@ from broker import __version__
 from .log_state import LogState, commit_file, read_commit
 from .table_features import check_table
 from .version_checksum import TableChecksum
+from .writer_priority import apply_to_thread
 
 __all__ = ["LogCommits", "StagedAppend", "CommittedUnsynced", "fsync_path", "PROBE_BYTES",
            "PARQUET_OPTIONS", "ROUNDS"]
@@ -416,7 +417,8 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-_FSYNC_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fsync")
+# in the journal's writer process, its threads run ahead of normal work (lakehouse.writer_priority)
+_FSYNC_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fsync", initializer=apply_to_thread)
 
 
 def fsync_together(descriptors: list[int]) -> None:
