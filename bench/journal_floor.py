@@ -10,7 +10,9 @@ on another file system):
   next one;
 * ``fsync``: the disk alone -- the two fsync rounds a commit makes, without
   the CPU work: a small data file and a commit file written and fsynced
-  together with their directory, the commit file linked, its directory fsynced.
+  together with their directory, the commit file linked, its directory fsynced;
+  its threads scheduled as the writer's are (:mod:`lakehouse.writer_priority`),
+  so a thread's wait for a core is not counted as the disk's.
 
 Prints JSON: p50 / p90 / p99 / max in ms of each, and the load average::
 
@@ -87,7 +89,9 @@ def commits(directory: Path, count: int, pause: float) -> list[float]:
 def fsync_rounds(directory: Path, count: int, pause: float) -> tuple[list[float], list[float]]:
     """The two fsync rounds of a commit, alone: (first round, second round) seconds each."""
     from lakehouse.log_commit import fsync_path, fsync_together
+    from lakehouse.writer_priority import enable_in_this_process
 
+    enable_in_this_process()
     table = directory / "rounds"
     (table / "_delta_log").mkdir(parents=True)
     first: list[float] = []
