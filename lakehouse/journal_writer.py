@@ -19,6 +19,9 @@ child process with an interpreter of its own, on the other core:
   staged while the one before is published.  It answers ``>IB`` (group
   number, status): 2 = staged (the broker may send the next group), then
   0 = durable or 1 = failed, followed on failure by ``>I`` and the error text;
+* its threads run ahead of normal work (``SCHED_RR``, when permitted:
+  :mod:`lakehouse.writer_priority`), so a commit does not wait for a core
+  behind the broker's loop and its clients;
 * it starts the table's upkeep (checkpoints, compaction, history retention,
   vacuum) as a process of its own at a lower priority
   (:mod:`lakehouse.journal_upkeep`), so none of that touches the broker's
