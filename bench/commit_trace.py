@@ -30,8 +30,8 @@ how many tail groups overlapped a garbage collection of the loop, how many
 checkpoints the writer asked of the upkeep process in the window (one per
 20 commits: at these rates several a second, so their timing alone does not
 single out the tail), and the fsync rounds' own distribution.  ``--window auto`` keeps
-the last stretch of steady arrivals below 75 % of the peak rate (the
-benchmark's latency window, after its throughput window).
+the longest stretch of steady arrivals after the last one above 75 % of the
+peak rate (the benchmark's paced latency window, after its throughput window).
 """
 
 from __future__ import annotations
@@ -85,11 +85,20 @@ def pick_window(loop: dict[int, dict[str, Any]], spec: str) -> tuple[float, floa
         buckets[int((t - times[0]) / step)] = buckets.get(int((t - times[0]) / step), 0) + 1
     peak = max(buckets.values())
     last_peak = max(k for k, v in buckets.items() if v > 0.75 * peak)
-    steady = [k for k, v in buckets.items() if k > last_peak and v > 0.3 * peak]
-    if not steady:
+    after = sorted(v for k, v in buckets.items() if k > last_peak)
+    if not after:
         return times[0], times[-1]
-    first = min(steady) + 2                    # the sender's ramp into its pace: left out
-    return times[0] + first * step, times[0] + (max(steady)) * step
+    pace = after[len(after) // 2]              # the paced window's rate, per bucket
+    steady = [k for k, v in buckets.items() if k > last_peak and 0.5 * pace <= v <= 1.5 * pace]
+    runs: list[list[int]] = []                 # the longest run of consecutive steady buckets
+    for k in sorted(steady):
+        if runs and runs[-1][-1] == k - 1:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    longest = max(runs, key=len)
+    first = longest[0] + min(2, len(longest) // 4)     # the sender's ramp into its pace: left out
+    return times[0] + first * step, times[0] + (longest[-1] + 1) * step
 
 
 def quantile(values: list[float], fraction: float) -> float:
