@@ -103,3 +103,13 @@ def test_arrivals_are_the_enqueued_messages_of_a_group() -> None:
             ("enqueue", "q", 1, 0.0, None, None, None, None, None, None),      # another queue's copy
             ("settle", "q", 1, 0.0, None, 1, "acked", None, None, None)]
     assert commit_trace.arrivals(rows) == [12.5]
+
+
+def test_the_auto_window_is_the_paced_stretch_after_the_throughput_window() -> None:
+    from bench.commit_trace import pick_window
+
+    burst = [i / 20_000 for i in range(40_000)]                      # 2 s at 20,000/s
+    paced = [3.0 + i / 2_000 for i in range(6_000)]                  # a pause, then 3 s at 2,000/s
+    start, end = pick_window({1: {"arrivals": burst + paced}}, "auto")
+    assert 3.0 <= start <= 3.6 and 5.7 <= end <= 6.01                # the paced stretch, its ramp left out
+    assert pick_window({1: {"arrivals": burst + paced}}, "all") == (0.0, paced[-1])
