@@ -36,7 +36,9 @@ from typing import BinaryIO, Protocol, Union
 
 import pyarrow as pa
 
-from .log_commit import StagedAppend
+from .commit_trace import WriterTrace
+from .log_commit import ROUNDS, StagedAppend
+from .writer_priority import apply_to_thread
 
 __all__ = ["Publisher", "PIPELINE_DEPTH", "REPLY", "ERROR_LENGTH", "DURABLE", "FAILED", "STAGED",
            "PROBE", "CommitTarget"]
@@ -76,8 +78,11 @@ Work = Union[tuple[StagedAppend | pa.Table, float], _Probe, BaseException]
 class Publisher:
     """The thread that publishes staged groups in order and answers for each."""
 
-    def __init__(self, table: CommitTarget, replies: BinaryIO, slow_commit: float) -> None:
+    def __init__(self, table: CommitTarget, replies: BinaryIO, slow_commit: float,
+                 trace: WriterTrace | None = None) -> None:
         self._table = table
+        self._trace = trace
+        self._checksum_took = 0.0               # the last checksum file's wall time (for the trace)
         self._replies = replies
         self._slow = slow_commit
         self._lock = threading.Lock()
@@ -114,17 +119,22 @@ class Publisher:
                 self._broken = True
 
     def _run(self) -> None:
+        apply_to_thread()                       # as the stager: lakehouse.writer_priority
         while True:
             item = self._work.get()
             if item is None:
                 return
             self._publish(*item)
+            started = time.monotonic()
             try:
                 self._table.write_deferred_checksum()   # after the answer: confirms never wait for it
             except Exception:                   # the thread must go on: the stager waits on it
                 log.exception("journal writer: the checksum file of a commit")
+            self._checksum_took = time.monotonic() - started
 
     def _publish(self, number: int, work: Work) -> None:
+        trace = self._trace
+        traced = trace.publish_start(number) if trace is not None else None
         try:
             if isinstance(work, BaseException):
                 raise work
@@ -146,3 +156,5 @@ class Publisher:
         else:
             self._failing = False
             self.answer(number, DURABLE)
+            if trace is not None and traced is not None:
+                trace.published(number, traced, ROUNDS.publish, self._checksum_took)

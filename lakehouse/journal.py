@@ -100,6 +100,7 @@ from broker.messaging.journal_figures import JournalFigures
 from broker.messaging.message import Message
 
 from .commit_pipeline import PIPELINE_DEPTH, STAGED
+from .commit_trace import arrivals, loop_trace
 from .delta_table import add_missing_columns, is_uri
 from .journal_writer import PlainRow, RowEncoder, journal_sql, journal_table, read_watermark
 from .journal_schema import DELIVER, ENQUEUE, QUEUE_DELETED, REQUEUE, SETTLE, TRANSIENT, upgrade_note
@@ -215,6 +216,7 @@ class DeltaMessageJournal:
         self.page_reader = JournalPageReader(self)
         #: broker.flowToDiskThreshold (bytes; 0: off): recovery pages a backlog larger than this
         self.page_threshold = 0
+        self._trace = loop_trace()             # DELTAMQ_JOURNAL_TRACE: each commit's timestamps
 
     # -- lifetime ------------------------------------------------------------------
 
@@ -266,6 +268,9 @@ class DeltaMessageJournal:
             channel.close()                     # the groups it has are committed (or not) first
             self.table.open()                   # the writer moved the table on: catch up
         self.page_reader.close()
+        if self._trace is not None:
+            self._trace.close()
+            self._trace = None
         self._loop = None
         group = self._group
         if group or self._kept:
@@ -424,11 +429,15 @@ class DeltaMessageJournal:
                    if attempt.rows else b"")
         if attempt.rows:
             self.figures.handed_off(len(attempt.rows), len(payload), time.monotonic())
+            if self._trace is not None:
+                self._trace.sent(attempt.number, arrivals(attempt.rows), len(attempt.rows), len(payload))
         assert self._channel is not None
         self._channel.send(attempt.number, payload)
 
     def _answered(self, number: int, status: int, error: BaseException | None) -> None:
         """The writer's answer for group ``number``: staged, or its commit durable or failed."""
+        if self._trace is not None:
+            (self._trace.staged if status == STAGED else self._trace.durable)(number)
         if status == STAGED:
             unstaged = self._unstaged
             if unstaged is not None and unstaged.number == number:
@@ -479,6 +488,8 @@ class DeltaMessageJournal:
                 callback()
             except Exception:
                 log.exception("journal: a durability callback failed")
+        if self._trace is not None:
+            self._trace.waiters_done(group.number, self._loop)
 
     def _finish(self, group: JournalGroup, error: BaseException | None) -> list[Callable[[], None]]:
         """``group`` is durable, or failed with ``error``: count, keep, log; its waiters, to be run."""

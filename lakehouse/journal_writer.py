@@ -19,6 +19,9 @@ child process with an interpreter of its own, on the other core:
   staged while the one before is published.  It answers ``>IB`` (group
   number, status): 2 = staged (the broker may send the next group), then
   0 = durable or 1 = failed, followed on failure by ``>I`` and the error text;
+* its threads run ahead of normal work (``SCHED_RR``, when permitted:
+  :mod:`lakehouse.writer_priority`), so a commit does not wait for a core
+  behind the broker's loop and its clients;
 * it starts the table's upkeep (checkpoints, compaction, history retention,
   vacuum) as a process of its own at a lower priority
   (:mod:`lakehouse.journal_upkeep`), so none of that touches the broker's
@@ -58,7 +61,10 @@ from broker.messaging.message_format import MessageFormat, format_for
 from broker.messaging.records import to_json_value
 
 from .commit_pipeline import ERROR_LENGTH, PROBE, REPLY, Publisher, Work
+from .commit_trace import WriterTrace, writer_trace
 from .delta_table import AppendOnlyTable, add_missing_columns, fsync_path, is_uri
+from .log_commit import ROUNDS
+from .writer_priority import enable_in_this_process
 from .journal_schema import (DELIVER, ENQUEUE, JOURNAL_SCHEMA, QUEUE_DELETED, RANGE_IDS_DATAFUSION, RANGE_IDS_SPARK,
                              REQUEUE, SETTLE, TIMESTAMP, upgrade_note)
 
@@ -315,7 +321,8 @@ def _read_exactly(stream: BinaryIO, size: int) -> bytes | None:
     return data
 
 
-def serve(table: AppendOnlyTable, encoder: RowEncoder, requests: BinaryIO, replies: BinaryIO) -> None:
+def serve(table: AppendOnlyTable, encoder: RowEncoder, requests: BinaryIO, replies: BinaryIO,
+          trace: WriterTrace | None = None) -> None:
     """Append every group read from ``requests`` and answer on ``replies``, until told to stop.
 
     Each group is staged here (its Parquet file and commit content written and
@@ -325,7 +332,7 @@ def serve(table: AppendOnlyTable, encoder: RowEncoder, requests: BinaryIO, repli
     logs it, once per change of state); only an unexpected kind of error gets
     a traceback here, once per run of failures.
     """
-    publisher = Publisher(table, replies, SLOW_COMMIT)
+    publisher = Publisher(table, replies, SLOW_COMMIT, trace)
     try:
         while True:
             header = _read_exactly(requests, REQUEST.size)
@@ -341,14 +348,27 @@ def serve(table: AppendOnlyTable, encoder: RowEncoder, requests: BinaryIO, repli
                 publisher.staged(number, PROBE)
                 continue
             work: Work
+            traced = trace.received(number) if trace is not None else None
             try:
                 started = time.perf_counter()
-                work = (table.stage(encoder.table(pickle.loads(payload))), started)
+                batch = encoder.table(pickle.loads(payload))
+                if trace is not None and traced is not None:
+                    trace.mark(traced, "encoded")
+                work = (table.stage(batch), started)
+                if trace is not None and traced is not None:
+                    trace.stage_done(traced, ROUNDS.stage)
             except Exception as exc:            # answered in its turn, after the groups before it
                 work = exc
             publisher.staged(number, work)
     finally:
         publisher.close()                       # what was staged is published and answered
+
+
+def _traced(trace: WriterTrace, due: Callable[[], None]) -> Callable[[], None]:
+    def checkpoint_due() -> None:
+        trace.event("checkpoint_due")
+        due()
+    return checkpoint_due
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -362,18 +382,22 @@ def main(argv: list[str] | None = None) -> int:
     # the publisher thread wakes from its fsync while the main thread encodes the next group:
     # it must get the interpreter back within a fraction of a commit, not Python's 5 ms
     sys.setswitchinterval(SWITCH_INTERVAL)
+    enable_in_this_process()            # threads ahead of normal work: lakehouse.writer_priority
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s journal-writer: %(message)s")
     from .journal_upkeep import UpkeepProcess          # it imports this module
 
     table = open_journal_table(location, log_hours)
     upkeep = UpkeepProcess(location, history_hours, log_hours)
-    table.on_checkpoint_due = upkeep.checkpoint_due
+    trace = writer_trace()
+    table.on_checkpoint_due = upkeep.checkpoint_due if trace is None else _traced(trace, upkeep.checkpoint_due)
     try:
-        serve(table, RowEncoder(vhost), sys.stdin.buffer, sys.stdout.buffer)
+        serve(table, RowEncoder(vhost), sys.stdin.buffer, sys.stdout.buffer, trace)
     finally:
         table.on_checkpoint_due = None
         upkeep.close()
+        if trace is not None:
+            trace.close()
         table.close()
     return 0
 

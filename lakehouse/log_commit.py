@@ -60,9 +60,10 @@ from broker import __version__
 from .log_state import LogState, commit_file, read_commit
 from .table_features import check_table
 from .version_checksum import TableChecksum
+from .writer_priority import apply_to_thread
 
 __all__ = ["LogCommits", "StagedAppend", "CommittedUnsynced", "fsync_path", "PROBE_BYTES",
-           "PARQUET_OPTIONS"]
+           "PARQUET_OPTIONS", "ROUNDS"]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,16 @@ PROBE_BYTES = 64 * 1024
 #: the file larger, not smaller.  A table's own ``stats_column`` and ``time_stats_column``
 #: keep their Parquet statistics (readers skip row groups by them); see :meth:`LogCommits.writer_options`.
 PARQUET_OPTIONS: dict[str, Any] = {"compression": "snappy", "use_dictionary": False}
+
+
+class _Rounds:
+    """When the last fsync rounds of an append began and ended (monotonic seconds; for tracing)."""
+
+    stage: tuple[float, float] | None = None
+    publish: tuple[float, float] | None = None
+
+
+ROUNDS = _Rounds()
 
 
 class CommittedUnsynced(OSError):
@@ -186,7 +197,9 @@ class LogCommits:
             _write_all(descriptors[-1], _lines(actions), staged.temp)
             descriptors.append(os.open(self.path, os.O_RDONLY))
             # the file's content, the commit's content and the file's name, in one round
+            started = time.monotonic()
             fsync_together(descriptors)
+            ROUNDS.stage = (started, time.monotonic())
         except BaseException:
             staged.discard()
             raise
@@ -258,7 +271,9 @@ class LogCommits:
         finally:
             os.unlink(temp)
         try:
+            started = time.monotonic()
             fsync_path(log_dir)                 # the commit file's name
+            ROUNDS.publish = (started, time.monotonic())
         except OSError as exc:
             raise CommittedUnsynced(version, exc) from exc
         return version
@@ -402,7 +417,8 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-_FSYNC_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fsync")
+# in the journal's writer process, its threads run ahead of normal work (lakehouse.writer_priority)
+_FSYNC_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fsync", initializer=apply_to_thread)
 
 
 def fsync_together(descriptors: list[int]) -> None:
