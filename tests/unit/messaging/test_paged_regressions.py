@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .support import message
 from .test_paged_model_more import run
 
 
@@ -19,3 +20,35 @@ def test_a_message_with_its_own_expiration_paged_when_paging_started_expires_wit
     ops = [("publish", [(1, None), (0, 1)]), ("flow", True), ("publish", [(0, None)]), ("tick", 1)]
     run(ops, {"x-max-priority": 4}, lazy=False)
     run([("publish", [(0, None), (0, 1)]), ("flow", True), ("tick", 1)], {}, lazy=False)
+
+
+def test_a_read_landing_after_a_purge_and_the_end_of_paging_is_ignored() -> None:
+    from broker.messaging.paged_storage import PagedStorage
+
+    from .test_paged_model_more import TimedSide, sizes_made_tiny
+
+    with sizes_made_tiny():
+        side = TimedSide({})
+        side.apply("publish", [(0, None)] * 12, 0)
+        side.apply("flow", True, 1)
+        queue = side.queue
+        assert isinstance(queue, PagedStorage) and queue.paged_count
+        side.consumer.credit = 3                        # the window is taken, the next one is being read
+        queue.dispatch()
+        reads = len(side.journal.page_reader.pending)
+        assert reads == 1
+        queue.purge()
+        assert queue.held_until is None and queue.message_count == 0
+        side.flow.threshold = 1 << 40                   # the broker no longer flows to disk
+        side.flow.check([queue])
+        side.consumer.entries.clear()
+        for index in range(2):
+            queue.enqueue(message(b"late-%d" % index, delivery_mode=2))
+        side.journal.complete()
+        side.consumer.credit = 100
+        queue.dispatch()
+        assert not isinstance(queue, PagedStorage)      # plain again
+        assert len(side.journal.page_reader.pending) == reads
+        side.drain()                                    # the read the purge voided lands: ignored
+        assert side.consumer.bodies == [b"late-0", b"late-1"]
+        assert queue.message_count == 0 and queue.unacked_count == 5
