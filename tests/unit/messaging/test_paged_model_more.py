@@ -18,11 +18,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.messaging.paged_storage import RETRY_SECONDS, PagedStorage
+from broker.messaging.paged_storage import RETRY_SECONDS
 from broker.messaging.queue import Queue
 
 from .support import FakeClock, RecordingConsumer, message
 from .test_paged_model import Side, sizes_made_tiny
+from .test_paged_model import check_same as check_same_delivered
+from .test_paged_model import run as run_model
 
 #: (priority, per-message expiration in seconds or None)
 publish_op = st.tuples(st.just("publish"), st.lists(st.tuples(st.integers(0, 4), st.sampled_from([None, 1, 3])),
@@ -140,31 +142,14 @@ class TimedSide(Side):
 
 
 def check_same(paged: TimedSide, plain: TimedSide) -> None:
-    assert paged.got == plain.got
+    check_same_delivered(paged, plain)
     assert paged.dead_lettered() == plain.dead_lettered()
-    assert paged.queue.message_count == plain.queue.message_count
-    assert paged.queue.message_bytes == plain.queue.message_bytes
-    assert paged.queue.unacked_count == plain.queue.unacked_count
-    assert 0 <= paged.queue.paged_count <= paged.queue.message_count
 
 
 def run(operations: list[tuple[str, Any]], arguments: dict[str, Any], lazy: bool) -> None:
+    paged, plain = run_model(operations, arguments, lazy, TimedSide, check_same)
     with sizes_made_tiny():
-        paged = TimedSide({**arguments, "x-queue-mode": "lazy"} if lazy else arguments)
-        plain = TimedSide(arguments)
-        assert isinstance(paged.queue, PagedStorage) == lazy
-        for serial, (op, value) in enumerate(operations):
-            if op == "flow" and lazy:
-                continue
-            paged.apply(op, value, serial)
-            if op != "flow":
-                plain.apply(op, value, serial)
-            check_same(paged, plain)
-        for side in (paged, plain):                 # in the end, everything left is delivered
-            side.apply("consume", 10_000, len(operations))
-        check_same(paged, plain)
-        assert paged.queue.message_count == 0 and paged.queue.paged_count == 0
-        for side in (paged, plain):                 # and a deleted queue answers nothing, however asked
+        for side in (paged, plain):                 # a deleted queue answers nothing, however asked
             side.apply("publish", [(1, None)] * 5, len(operations) + 1)
             side.consumer.credit = 0
             side.apply("publish", [(2, None)] * 9, len(operations) + 2)
