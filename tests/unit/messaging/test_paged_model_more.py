@@ -3,7 +3,8 @@
 Besides publishing, consuming, basic.get, requeueing, acknowledging and
 purging, these runs let time pass (message TTL, per-message expiration, the
 timers of a paged queue), reject without requeue (dead-lettering), cancel
-the consumer (its unacknowledged messages come back), make reads back fail
+the consumer (its unacknowledged messages come back), browse, publish transient
+messages among persistent ones, make reads back fail
 for a while, overflow a ``drop-head`` limit with a dead-letter exchange, and
 finally delete the queue.  The paged queue and the same queue in memory must
 deliver and dead-letter the same messages in the same order and hold the
@@ -26,9 +27,11 @@ from .test_paged_model import Side, sizes_made_tiny
 from .test_paged_model import check_same as check_same_delivered
 from .test_paged_model import run as run_model
 
-#: (priority, per-message expiration in seconds or None)
-publish_op = st.tuples(st.just("publish"), st.lists(st.tuples(st.integers(0, 4), st.sampled_from([None, 1, 3])),
-                                                    min_size=1, max_size=20))
+#: (priority, per-message expiration in seconds or None[, persistent])
+publish_op = st.tuples(st.just("publish"), st.lists(
+    st.one_of(st.tuples(st.integers(0, 4), st.sampled_from([None, 1, 3])),
+              st.tuples(st.integers(0, 4), st.sampled_from([None, 1, 3]), st.booleans())),
+    min_size=1, max_size=20))
 operations = st.lists(st.one_of(
     publish_op, publish_op,
     st.tuples(st.just("consume"), st.integers(1, 25)), st.tuples(st.just("get"), st.integers(1, 6)),
@@ -36,7 +39,8 @@ operations = st.lists(st.one_of(
     st.tuples(st.just("ack"), st.just(0)), st.tuples(st.just("purge"), st.just(0)),
     st.tuples(st.just("tick"), st.integers(0, 3)), st.tuples(st.just("cancel"), st.just(0)),
     st.tuples(st.just("fail"), st.just(0)), st.tuples(st.just("flow"), st.booleans()),
-    st.tuples(st.just("midread"), st.sampled_from(["purge", "flow", "release", "publish", "get"]))),
+    st.tuples(st.just("midread"), st.sampled_from(["purge", "flow", "release", "publish", "get"])),
+    st.tuples(st.just("browse"), st.integers(1, 8))),
     max_size=40)
 
 
@@ -75,8 +79,9 @@ class TimedSide(Side):
     def apply(self, op: str, value: Any, serial: int) -> None:
         queue = self.queue
         if op == "publish":
-            for offset, (priority, expiration) in enumerate(value):
-                props: dict[str, Any] = {"delivery_mode": 2, "priority": priority}
+            for offset, (priority, expiration, *persistent) in enumerate(value):
+                props: dict[str, Any] = {"delivery_mode": 2 if persistent in ([], [True]) else 1,
+                                         "priority": priority}
                 if expiration is not None:
                     props["expiration"] = str(expiration * 1000)
                 queue.enqueue(message(b"m-%d-%d" % (serial, offset), arrival=self.clock.now, **props))
@@ -121,6 +126,10 @@ class TimedSide(Side):
                 self.journal.complete()
             else:
                 self.apply("get", 2, serial)
+            self.drain()
+            self.delivered()
+        elif op == "browse":
+            queue.browse(limit=value)       # (a paged queue sees less: what it sees is not compared)
             self.drain()
             self.delivered()
         elif op == "fail":
