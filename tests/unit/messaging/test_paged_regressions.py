@@ -52,3 +52,21 @@ def test_a_read_landing_after_a_purge_and_the_end_of_paging_is_ignored() -> None
         side.drain()                                    # the read the purge voided lands: ignored
         assert side.consumer.bodies == [b"late-0", b"late-1"]
         assert queue.message_count == 0 and queue.unacked_count == 5
+
+
+def test_a_lease_grant_taking_the_window_as_a_run_reads_the_next_one_ahead() -> None:
+    # a lease consumer takes the window's messages as one run; the next grant must not find the
+    # head on disk with no read asked for (it would come back empty while the queue holds messages)
+    from broker.messaging.paged_queue import WINDOW
+
+    from .test_paged_queue import publish, setup
+
+    _, journal, queue = setup({"x-queue-mode": "lazy"})
+    publish(journal, queue, 3 * WINDOW)
+    assert queue.get() is None and journal.page_reader.finish() == 1     # basic.get: the first window is in
+    run = queue.take_run(WINDOW)
+    assert run is not None and len(run) == WINDOW
+    assert len(journal.page_reader.pending) == 1                        # the next window is on its way
+    journal.page_reader.finish()
+    run = queue.take_run(WINDOW)
+    assert run is not None and len(run) == WINDOW and run.messages[0].body == b"body-%d" % WINDOW
