@@ -3,7 +3,7 @@
 Besides publishing, consuming, basic.get, requeueing, acknowledging and
 purging, these runs let time pass (message TTL, per-message expiration, the
 timers of a paged queue), reject without requeue (dead-lettering), cancel
-the consumer (its unacknowledged messages come back), browse, publish transient
+the consumer (its unacknowledged messages come back), browse, take lease grants, publish transient
 messages among persistent ones, make reads back fail
 for a while, overflow a ``drop-head`` limit with a dead-letter exchange, and
 finally delete the queue.  The paged queue and the same queue in memory must
@@ -40,7 +40,7 @@ operations = st.lists(st.one_of(
     st.tuples(st.just("tick"), st.integers(0, 3)), st.tuples(st.just("cancel"), st.just(0)),
     st.tuples(st.just("fail"), st.just(0)), st.tuples(st.just("flow"), st.booleans()),
     st.tuples(st.just("midread"), st.sampled_from(["purge", "flow", "release", "publish", "get"])),
-    st.tuples(st.just("browse"), st.integers(1, 8))),
+    st.tuples(st.just("browse"), st.integers(1, 8)), st.tuples(st.just("lease"), st.integers(1, 8))),
     max_size=40)
 
 
@@ -130,6 +130,27 @@ class TimedSide(Side):
             self.delivered()
         elif op == "browse":
             queue.browse(limit=value)       # (a paged queue sees less: what it sees is not compared)
+            self.drain()
+            self.delivered()
+        elif op == "lease":
+            # a lease consumer's grant (runs of the window, else basic.get), asking again while the
+            # head is being read back; settled at once
+            wanted = value
+            while wanted > 0:
+                run = queue.take_run(wanted)
+                if run is not None:
+                    self.got += [(message.body, False) for message in run.messages]
+                    queue.settle_run(run)
+                    wanted -= len(run)
+                    continue
+                entry = queue.get(no_ack=True)
+                if entry is None and queue.held_until is not None:
+                    self.drain()
+                    continue
+                if entry is None:
+                    break
+                self.got.append((entry.message.body, entry.redelivered))
+                wanted -= 1
             self.drain()
             self.delivered()
         elif op == "fail":
