@@ -39,6 +39,7 @@ from broker.messaging.priority_queue import PriorityQueue
 from broker.messaging.queue import Queue, QueueEntry
 
 if TYPE_CHECKING:
+    from broker.messaging.entry_runs import EntryRun
     from broker.messaging.flow_to_disk import FlowToDisk
 
 __all__ = ["PagedQueue", "PagedPriorityQueue", "PageState", "start_paging", "WINDOW", "PAGE_CHUNK"]
@@ -115,3 +116,17 @@ class PagedQueue(PagedStorage):
 
     def _peek(self) -> Message | QueueEntry | None:
         return self._head_of(0)
+
+    def take_run(self, limit: int) -> EntryRun | None:
+        """As :meth:`Queue.take_run` (a lease grant), from the window; then the next window is read ahead.
+
+        Without that, a grant that took the whole window would leave the head
+        on disk with no read asked for, and the next grant would come back
+        short while the queue holds messages.
+        """
+        run = Queue.take_run(self, limit)
+        state = self._pages
+        lane = state.lanes[0]
+        if len(self._fresh) < WINDOW and lane.on_disk and not state.reading and not state.looking:
+            self._page_in(lane)
+        return run

@@ -465,7 +465,9 @@ class PagedStorage(Queue):
         state.awaiting = True
         state.stored = 0
         epoch = state.epoch
-        state.reader.after_durable(lambda durable: self._tails_durable(state, epoch, targets, durable))
+        # by the class's function: the queue may be plain again when the journal answers
+        tails_durable = PagedStorage._tails_durable
+        state.reader.after_durable(lambda durable: tails_durable(self, state, epoch, targets, durable))
 
     def _tails_durable(self, state: PageState, epoch: int, targets: list[tuple[Lane, int]], durable: bool) -> None:
         if self._pages is not state or state.epoch != epoch:
@@ -480,8 +482,13 @@ class PagedStorage(Queue):
             count = min(target - lane.tail_base, len(tail), budget)
             if count > 0:
                 append, take = lane.segments.append, tail.popleft
+                expiring = state.expiring
                 for _ in range(count):
-                    append(take())
+                    message = take()
+                    if message.expires_at is not None:
+                        expiring = True     # (in memory when paging started: not seen by _store)
+                    append(message)
+                state.expiring = expiring
                 lane.tail_base += count
                 budget -= count
         if state.stored >= PAGE_CHUNK or any(len(lane.tail) >= PAGE_CHUNK for lane in state.lanes):
@@ -523,7 +530,9 @@ class PagedStorage(Queue):
         epoch = state.epoch
         state.in_call = True
         try:
-            state.reader.read_back(ids, lambda result: self._paged_in(state, epoch, lane, batch, ids, result))
+            # by the class's function: a purge voids this read, and the queue may be plain when it lands
+            paged_in = PagedStorage._paged_in
+            state.reader.read_back(ids, lambda result: paged_in(self, state, epoch, lane, batch, ids, result))
         finally:
             state.in_call = False
 

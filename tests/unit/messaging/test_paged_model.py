@@ -15,7 +15,7 @@ made tiny so that a short run crosses every boundary many times.
 from __future__ import annotations
 
 from contextlib import ExitStack
-from typing import Any
+from typing import Any, Callable
 from unittest import mock
 
 import pytest
@@ -123,10 +123,13 @@ def check_same(paged: Side, plain: Side) -> None:
     assert 0 <= paged.queue.paged_count <= paged.queue.message_count
 
 
-def run(operations: list[tuple[str, Any]], arguments: dict[str, Any], lazy: bool) -> None:
+def run(operations: list[tuple[str, Any]], arguments: dict[str, Any], lazy: bool,
+        side: Callable[[dict[str, Any]], Side] = Side,
+        check: Callable[[Any, Any], None] = check_same) -> tuple[Side, Side]:
+    """Apply ``operations`` to a paged and a plain queue, checking after each; both sides."""
     with sizes_made_tiny():
-        paged = Side({**arguments, "x-queue-mode": "lazy"} if lazy else arguments)
-        plain = Side(arguments)
+        paged = side({**arguments, "x-queue-mode": "lazy"} if lazy else arguments)
+        plain = side(arguments)
         assert isinstance(paged.queue, PagedStorage) == lazy
         for serial, (op, value) in enumerate(operations):
             if op == "flow" and lazy:
@@ -134,11 +137,12 @@ def run(operations: list[tuple[str, Any]], arguments: dict[str, Any], lazy: bool
             paged.apply(op, value, serial)
             if op != "flow":
                 plain.apply(op, value, serial)
-            check_same(paged, plain)
-        for side in (paged, plain):                 # in the end, everything left is delivered
-            side.apply("consume", 10_000, len(operations))
-        check_same(paged, plain)
+            check(paged, plain)
+        for each in (paged, plain):                 # in the end, everything left is delivered
+            each.apply("consume", 10_000, len(operations))
+        check(paged, plain)
         assert paged.queue.message_count == 0 and paged.queue.paged_count == 0
+    return paged, plain
 
 
 @pytest.mark.parametrize(("arguments", "lazy"), [({}, True), ({"x-max-priority": 4}, True), ({}, False),
