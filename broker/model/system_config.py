@@ -46,6 +46,7 @@ from broker.model.virtualhost import NamespaceFactory, VirtualHostNode
 from broker.resource_alarms import DEFAULT_DISK_FREE_LIMIT
 from broker.security.throttle import CONTEXT_DEFAULTS as THROTTLE_DEFAULTS
 from broker.transport.connection_limits import CONTEXT_DEFAULTS as CONNECTION_LIMIT_DEFAULTS
+from broker.transport.keepalive import CONTEXT_DEFAULTS as KEEPALIVE_DEFAULTS
 from broker.transport.websocket import CONTEXT_DEFAULTS as WEBSOCKET_DEFAULTS
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ BUILTIN_CONTEXT: dict[str, str | Callable[[], str]] = {
     **THROTTLE_DEFAULTS,
     **CONNECTION_LIMIT_DEFAULTS,
     **WEBSOCKET_DEFAULTS,
+    **KEEPALIVE_DEFAULTS,
 }
 
 
