@@ -2,6 +2,7 @@
 
     python bench/amqp1_0_ab.py --code main=/work/main --code new=. [--rounds 3]
                                [--variants transient] [--only deltamq,broker-j] [--quick]
+    python bench/amqp1_0_ab.py --code offer=.,DELTAMQ_AMQP1_0_IDLE_TIMEOUT=60 --code none=.
 
 Each round runs ``python -m bench.amqp1_0`` once per version, in the order given, with
 ``PYTHONPATH`` naming that version's checkout: the broker is started through
@@ -13,6 +14,10 @@ run, so each DeltaMQ figure has its peer from the same minute.  Without
 ``--deltamq-exe`` and with no console script, ``bench.deltamq`` would put *this*
 checkout first on the path whatever ``PYTHONPATH`` says: that is why the script is
 needed.
+
+A version may carry environment variables after its directory (``LABEL=DIR,VAR=VALUE``):
+the broker reads its context variables from the environment, so two settings of one
+checkout compare the same way.
 
 Prints one line per run (delivered msg/s of each broker, their ratio, the sender's
 CPU per message, the load average before and after) and a summary per version, and
@@ -35,8 +40,8 @@ HERE = Path(__file__).resolve().parent.parent
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--code", action="append", required=True, metavar="LABEL=DIR",
-                    help="a version: its label and its checkout (at least two)")
+    ap.add_argument("--code", action="append", required=True, metavar="LABEL=DIR[,VAR=VALUE...]",
+                    help="a version: its label, its checkout and environment variables")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--variants", default="transient")
     ap.add_argument("--only", default="deltamq,broker-j")
@@ -47,10 +52,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a = ap.parse_args(argv)
     a.versions = []
     for item in a.code:
-        label, _, where = item.partition("=")
-        if not label or not where or not (Path(where) / "broker").is_dir():
-            ap.error(f"--code {item!r}: LABEL=DIR of a checkout holding broker/")
-        a.versions.append((label, str(Path(where).resolve())))
+        label, _, rest = item.partition("=")
+        where, *assignments = rest.split(",")
+        env = dict(x.split("=", 1) for x in assignments if "=" in x)
+        if not label or not where or not (Path(where) / "broker").is_dir() or len(env) != len(assignments):
+            ap.error(f"--code {item!r}: LABEL=DIR[,VAR=VALUE...] of a checkout holding broker/")
+        a.versions.append((label, str(Path(where).resolve()), env))
     if a.deltamq_exe is None:
         for candidate in (HERE / ".venv" / "bin" / "deltamq", Path(sys.executable).with_name("deltamq")):
             if candidate.exists():
@@ -81,7 +88,8 @@ def figures(result: dict, variant: str) -> dict:
     return out
 
 
-def run_once(a: argparse.Namespace, label: str, code: str, round_no: int) -> dict:
+def run_once(a: argparse.Namespace, label: str, code: str, extra_env: dict[str, str],
+             round_no: int) -> dict:
     out_dir = Path(a.out) / f"{label}-{round_no}"
     cmd = [sys.executable, "-m", "bench.amqp1_0", "--only", a.only, "--variants", a.variants,
            "--deltamq-exe", a.deltamq_exe, "--out", str(out_dir)]
@@ -89,7 +97,7 @@ def run_once(a: argparse.Namespace, label: str, code: str, round_no: int) -> dic
         cmd.append("--quick")
     if a.duration is not None:
         cmd += ["--duration", str(a.duration)]
-    env = dict(os.environ, PYTHONPATH=code)
+    env = dict(os.environ, PYTHONPATH=code, **extra_env)
     before = loadavg()
     started = time.strftime("%H:%M:%S", time.gmtime())
     with open(Path(a.out) / f"{label}-{round_no}.log", "w") as log:
@@ -120,14 +128,14 @@ def main(argv: list[str] | None = None) -> int:
     Path(a.out).mkdir(parents=True, exist_ok=True)
     runs = []
     for round_no in range(1, a.rounds + 1):
-        for label, code in a.versions:
-            run = run_once(a, label, code, round_no)
+        for label, code, extra_env in a.versions:
+            run = run_once(a, label, code, extra_env, round_no)
             runs.append(run)
             for variant in a.variants.split(","):
                 print(line(run, variant), flush=True)
     print()
     for variant in a.variants.split(","):
-        for label, _code in a.versions:
+        for label, _code, _env in a.versions:
             mine = [r[variant] for r in runs if r["label"] == label]
             ratios = [m["deltamq"]["rate"] / m["broker-j"]["rate"] for m in mine
                       if m.get("deltamq", {}).get("rate") and m.get("broker-j", {}).get("rate")]

@@ -48,11 +48,11 @@ class Broker(ConfiguredObject):
         description="AMQP 0-8/0-9/0-9-1: heartbeat interval in seconds offered in"
                     " connection.tune (0: none); a client silent for two intervals is dropped")
     idle_timeout = attribute(
-        int, name="connection.idleTimeout", default=0,
+        int, name="connection.idleTimeout", default="${deltamq.amqp1_0_idle_timeout}",
         description="AMQP 1.0: idle-time-out in seconds offered in open (0: none, as Broker-J"
                     " offers); a client silent for twice it is closed. The client's own"
                     " idle-time-out is honoured either way, and TCP keepalive finds vanished"
-                    " clients (deltamq.tcp_keepalive)")
+                    " clients (deltamq.tcp_keepalive); default 0")
     max_frame_size = attribute(
         int, default="${deltamq.frame_max}",
         description="Largest frame, in bytes, the broker offers and accepts (0-9-1 tune"

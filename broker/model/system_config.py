@@ -67,6 +67,8 @@ BUILTIN_CONTEXT: dict[str, str | Callable[[], str]] = {
     # the Broker's maxFrameSize and maxChannels: what connections negotiate down from
     "deltamq.frame_max": "131072",
     "deltamq.channel_max": "2047",
+    # the Broker's connection.idleTimeout: what AMQP 1.0's open offers (seconds; 0: none)
+    "deltamq.amqp1_0_idle_timeout": "0",
     # seconds and counts of broker.transport.handshake
     "deltamq.connection_open_timeout": "10",
     "deltamq.max_opening_connections_per_address": "100",
