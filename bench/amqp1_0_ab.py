@@ -49,7 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--duration", type=float, default=None)
     ap.add_argument("--deltamq-exe", default=None)
     ap.add_argument("--out", default="/tmp/deltamq-amqp1-ab")
-    a = ap.parse_args(argv)
+    a, a.passed_on = ap.parse_known_args(argv)   # the rest goes to bench.amqp1_0 as it is
     a.versions = []
     for item in a.code:
         label, _, rest = item.partition("=")
@@ -73,18 +73,26 @@ def loadavg() -> str:
         return " ".join(f.read().split()[:3])
 
 
+def _sender_us(window: dict) -> float | None:
+    """The sender process's CPU per message sent in one window (µs)."""
+    per_process = window.get("client_cpu_pct_per_process") or []
+    sent = window.get("sent_per_s") or 0
+    return per_process[-1] / 100 * 1e6 / sent if per_process and sent else None
+
+
 def figures(result: dict, variant: str) -> dict:
-    """delivered msg/s per broker and the sender's CPU µs per message, from one run's JSON."""
+    """delivered msg/s per broker, and CPU µs per message of the sender and the broker (in the
+    throughput window; ``lat_sender_us``: the sender's in the paced latency window), from one
+    run's JSON."""
     out: dict = {}
     for broker, info in result.get("brokers", {}).items():
-        tput = info.get("workloads", {}).get(variant, {}).get("throughput") or {}
+        workload = info.get("workloads", {}).get(variant, {})
+        tput, lat = workload.get("throughput") or {}, workload.get("latency") or {}
         rate = tput.get("delivered_per_s")
-        per_process = tput.get("client_cpu_pct_per_process") or []
-        sent = tput.get("sent_per_s") or 0
-        sender_us = per_process[-1] / 100 * 1e6 / sent if per_process and sent else None
         broker_us = tput.get("broker_cpu_pct", 0) / 100 * 1e6 / rate if rate else None
-        out[broker] = {"rate": rate, "sender_us": sender_us, "broker_us": broker_us,
-                       "machine": tput.get("machine_busy_pct")}
+        out[broker] = {"rate": rate, "sender_us": _sender_us(tput), "broker_us": broker_us,
+                       "lat_sender_us": _sender_us(lat), "lat_rate": lat.get("sent_per_s"),
+                       "p99_ms": lat.get("p99_ms"), "machine": tput.get("machine_busy_pct")}
     return out
 
 
@@ -97,6 +105,7 @@ def run_once(a: argparse.Namespace, label: str, code: str, extra_env: dict[str, 
         cmd.append("--quick")
     if a.duration is not None:
         cmd += ["--duration", str(a.duration)]
+    cmd += a.passed_on
     env = dict(os.environ, PYTHONPATH=code, **extra_env)
     before = loadavg()
     started = time.strftime("%H:%M:%S", time.gmtime())
@@ -118,7 +127,8 @@ def line(run: dict, variant: str) -> str:
     def n(x: float | None, spec: str) -> str:
         return "—" if x is None else format(x, spec)
     return (f"{run['utc']} {run['label']:>8} r{run['round']} {variant}: DeltaMQ {n(d.get('rate'), ',.0f')} msg/s"
-            f" (sender {n(d.get('sender_us'), '.1f')} µs/msg, broker {n(d.get('broker_us'), '.1f')} µs/msg)"
+            f" (sender {n(d.get('sender_us'), '.1f')} µs/msg, broker {n(d.get('broker_us'), '.1f')} µs/msg;"
+            f" paced {n(d.get('lat_rate'), ',.0f')}/s: sender {n(d.get('lat_sender_us'), '.1f')} µs/msg)"
             f"  Broker-J {n(j.get('rate'), ',.0f')} (sender {n(j.get('sender_us'), '.1f')})"
             f"  ratio {n(ratio, '.3f')}  load {run['load_before']} -> {run['load_after']}")
 
