@@ -26,8 +26,8 @@ The phases (spec 2.2, 2.4, 5.3):
    closed with ``amqp:resource-limit-exceeded`` (the spec's offer is half the
    real threshold).  Without an offer, a vanished peer is found by TCP
    keepalive (:mod:`broker.transport.keepalive`).  An offer has a price on
-   the client: rhea re-arms its heartbeat timer on every write when the broker
-   offers one (about 4 us of its CPU per message sent, 15-20 %).
+   the client: rhea re-arms its heartbeat timer on every socket write when the
+   broker offers one (docs/amqp-1-0-benchmarks.md, "The idle-time-out offer").
 3. Sessions on channels (:mod:`.session`), links on sessions (:mod:`.links`).
 
 Malformed input closes the connection with ``amqp:decode-error``, a frame
