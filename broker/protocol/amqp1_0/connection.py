@@ -122,6 +122,8 @@ class AmqpConnection10(OutputQueue):
         self.hostname = ""
         self.client_properties: dict[str, Any] = {}
         self.remote_container_id = ""
+        #: the idle-time-out our open offered (ms; 0: none)
+        self.offered_idle_ms = 0
         #: the largest frame the peer takes (its open's max-frame-size)
         self.max_frame_size = MIN_MAX_FRAME_SIZE
         self.channel_max = host.channel_max
@@ -201,7 +203,7 @@ class AmqpConnection10(OutputQueue):
         if self.state is State.OPEN:
             self._connection_error(AmqpErrorCondition.RESOURCE_LIMIT_EXCEEDED,
                                    f"no frame received for {silence:.0f} s (idle-time-out"
-                                   f" {self.host.idle_timeout * 1000} ms)", finish=True)
+                                   f" {self.offered_idle_ms} ms)", finish=True)
 
     def work_done(self, result: Any, error: BaseException | None = None) -> None:
         self.authentication = None
@@ -400,7 +402,7 @@ class AmqpConnection10(OutputQueue):
         self.access = self.host.access(self.principal, self.virtual_host_name, self.remote_host)
         our_max = max(self.host.frame_max, MIN_MAX_FRAME_SIZE)
         self._reader.max_frame_size = our_max
-        idle_ms = self.host.idle_timeout * 1000
+        idle_ms = self.offered_idle_ms = self.host.idle_timeout * 1000
         self._write(encode_frame(Open(
             container_id=self.container_id, hostname=open_.hostname, max_frame_size=our_max,
             channel_max=self.channel_max, idle_time_out=idle_ms or None,

@@ -83,6 +83,7 @@ def test_an_expired_peer_gets_a_close_explaining_why_and_the_connection_finishes
     client = _client(5)
     client.handshake()
     client.take()
+    client.host.idle_timeout = 9                          # a later change: for later connections
     client.server.idle_expired(10.4)
     client._read()
     close = client.expect(Close)
