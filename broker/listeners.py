@@ -32,6 +32,7 @@ from broker import errors
 from broker.model.port import Port, PortListener, Transport
 from broker.transport.accept import Acceptor
 from broker.transport.handshake import HandshakeLimits, OpeningConnections
+from broker.transport.keepalive import TcpKeepAlive
 from broker.transport.layers import LayerFactory, no_layers
 from broker.transport.tcp import AmqpProtocol, ConnectionRegistry, close_all
 from broker.transport.tls import layer_factory
@@ -131,6 +132,10 @@ class AmqpListener:
             self.registry.limits = HandshakeLimits.resolved(self.port.resolve)
         except errors.BrokerError as exc:
             log.error("AMQP port '%s' keeps its handshake limits: %s", self.port.name, exc)
+        try:
+            self.registry.keepalive = TcpKeepAlive.resolved(self.port.resolve)
+        except errors.BrokerError as exc:
+            log.error("AMQP port '%s' keeps its TCP keepalive: %s", self.port.name, exc)
         try:
             self.registry.layers, self.registry.transport = transport_layers(self.port)
         except errors.BrokerError as exc:
@@ -300,7 +305,8 @@ class Listeners:
         layers, transport = transport_layers(port)
         sockets = bind_sockets(port.local_host, int(port.port))
         registry = ConnectionRegistry(limits=limits, opening=self.opening, layers=layers,
-                                      transport=transport)
+                                      transport=transport,
+                                      keepalive=TcpKeepAlive.resolved(port.resolve))
         listener = AmqpListener(port, sockets, self.amqp_protocols(port, registry), registry)
         self._amqp.append(listener)
         self.group.start_soon(listener.serve)

@@ -98,6 +98,10 @@ class BrokerHost:
         return int(self.broker.heartbeat_delay)
 
     @property
+    def idle_timeout(self) -> int:
+        return int(self.broker.idle_timeout)
+
+    @property
     def max_message_size(self) -> int:
         return int(self.broker.max_message_size)
 

@@ -45,7 +45,14 @@ class Broker(ConfiguredObject):
         description="Virtual host opened when a client asks for '/' or ''")
     heartbeat_delay = attribute(
         int, name="connection.heartbeatDelay", default=60,
-        description="Heartbeat interval in seconds offered to clients (0: none)")
+        description="AMQP 0-8/0-9/0-9-1: heartbeat interval in seconds offered in"
+                    " connection.tune (0: none); a client silent for two intervals is dropped")
+    idle_timeout = attribute(
+        int, name="connection.idleTimeout", default="${deltamq.amqp1_0_idle_timeout}",
+        description="AMQP 1.0: idle-time-out in seconds offered in open (0: none, as Broker-J"
+                    " offers); a client silent for twice it is closed. The client's own"
+                    " idle-time-out is honoured either way, and TCP keepalive finds vanished"
+                    " clients (deltamq.tcp_keepalive); default 0")
     max_frame_size = attribute(
         int, default="${deltamq.frame_max}",
         description="Largest frame, in bytes, the broker offers and accepts (0-9-1 tune"
@@ -205,9 +212,9 @@ class Broker(ConfiguredObject):
         return sum(int(getattr(vhost, statistic)) for vhost in self.virtual_hosts)
 
     def validate(self) -> None:
-        if self.heartbeat_delay < 0:
-            raise ConfigurationError(f"{self.label}: attribute 'connection.heartbeatDelay'"
-                                     " must not be negative")
+        if self.heartbeat_delay < 0 or self.idle_timeout < 0:
+            raise ConfigurationError(f"{self.label}: attributes 'connection.heartbeatDelay' and"
+                                     " 'connection.idleTimeout' must not be negative")
         if self.max_frame_size < MIN_FRAME_SIZE:
             raise ConfigurationError(f"{self.label}: attribute 'maxFrameSize' must be at least"
                                      f" {MIN_FRAME_SIZE}")

@@ -46,6 +46,7 @@ from broker.model.virtualhost import NamespaceFactory, VirtualHostNode
 from broker.resource_alarms import DEFAULT_DISK_FREE_LIMIT
 from broker.security.throttle import CONTEXT_DEFAULTS as THROTTLE_DEFAULTS
 from broker.transport.connection_limits import CONTEXT_DEFAULTS as CONNECTION_LIMIT_DEFAULTS
+from broker.transport.keepalive import CONTEXT_DEFAULTS as KEEPALIVE_DEFAULTS
 from broker.transport.websocket import CONTEXT_DEFAULTS as WEBSOCKET_DEFAULTS
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,8 @@ BUILTIN_CONTEXT: dict[str, str | Callable[[], str]] = {
     # the Broker's maxFrameSize and maxChannels: what connections negotiate down from
     "deltamq.frame_max": "131072",
     "deltamq.channel_max": "2047",
+    # the Broker's connection.idleTimeout: what AMQP 1.0's open offers (seconds; 0: none)
+    "deltamq.amqp1_0_idle_timeout": "0",
     # seconds and counts of broker.transport.handshake
     "deltamq.connection_open_timeout": "10",
     "deltamq.max_opening_connections_per_address": "100",
@@ -75,6 +78,7 @@ BUILTIN_CONTEXT: dict[str, str | Callable[[], str]] = {
     **THROTTLE_DEFAULTS,
     **CONNECTION_LIMIT_DEFAULTS,
     **WEBSOCKET_DEFAULTS,
+    **KEEPALIVE_DEFAULTS,
 }
 
 

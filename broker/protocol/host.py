@@ -38,6 +38,10 @@ class ProtocolHost(Protocol):
         """Seconds offered in connection.tune (0 = off)."""
 
     @property
+    def idle_timeout(self) -> int:
+        """Seconds offered as AMQP 1.0's idle-time-out (0 = none)."""
+
+    @property
     def max_message_size(self) -> int:
         """Bytes; larger bodies are refused with 406."""
 

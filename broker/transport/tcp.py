@@ -20,9 +20,12 @@ work for a thread).  Under the engine sits a chain of byte-stream layers
 (:class:`~broker.protocol.detect.HeaderDetector`), which picks the engine;
 with no other layer the chain is bypassed once the header is read.
 
-Idle timing (AMQP 0-9-1 spec 4.2.7 heartbeats): a timer per connection
-beats when we have been quiet as long as the engine asked, and drops a peer
-silent longer than it allows.
+Idle timing (AMQP 0-9-1 spec 4.2.7 heartbeats, AMQP 1.0's idle-time-out): a
+timer per connection beats when we have been quiet as long as the engine
+asked, and drops a peer silent longer than it allows (after the engine's last
+word, if it has one).  Every accepted socket also gets TCP keepalive
+(:mod:`.keepalive`), which finds a vanished peer where no heartbeat was
+negotiated.
 
 Opening and closing are bounded (:mod:`.handshake`): a connection that has
 not opened within the open timeout is closed, and one source address may
@@ -48,6 +51,7 @@ from broker.protocol.detect import AmqpVersion, HeaderDetector
 from broker.protocol.engine import (Closing, Engine, EngineEvent, Finished, IdleTiming, Opened,
                                     PauseReading, ResumeReading, WorkRequested)
 from broker.transport.handshake import HandshakeLimits, OpeningConnections
+from broker.transport.keepalive import TcpKeepAlive
 from broker.transport.layers import Layer, LayerChain, LayerFactory, no_layers
 
 log = logging.getLogger(__name__)
@@ -80,6 +84,8 @@ class ConnectionRegistry:
 
     connections: set[AmqpProtocol] = field(default_factory=set)
     limits: HandshakeLimits = field(default_factory=HandshakeLimits)
+    #: what accepted sockets get (:mod:`.keepalive`)
+    keepalive: TcpKeepAlive = field(default_factory=TcpKeepAlive)
     #: shared by every port of the broker: the per-address limit is the broker's
     opening: OpeningConnections = field(default_factory=OpeningConnections)
     #: the layers between the socket and header detection (TLS, WebSocket: none yet)
@@ -137,6 +143,12 @@ class AmqpProtocol(asyncio.Protocol):
         peer = self.transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self._remote = (str(peer[0]), int(peer[1]))
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                self.registry.keepalive.apply(sock)
+            except OSError as exc:        # the peer is gone already, or the system refuses
+                log.debug("no TCP keepalive for %s: %s", self._remote[0], exc)
         limits = self.registry.limits
         if not self.registry.opening.admit(self._remote[0], limits):
             self.transport.abort()
@@ -400,14 +412,25 @@ class AmqpProtocol(asyncio.Protocol):
                 return
         idle = self._idle
         if idle is not None:
-            if idle.expire_after and now - self._last_received > idle.expire_after:
-                log.info("closing connection from %s: missed heartbeats from client", self._remote[0])
-                transport.abort()
+            silence = now - self._last_received
+            if idle.expire_after and silence > idle.expire_after:
+                log.info("closing connection from %s: missed heartbeats from client (nothing"
+                         " received for %.0f s)", self._remote[0], silence)
+                self._expire(engine, transport, silence)
                 return
             if idle.send_after and now - self._last_sent >= idle.send_after:
                 engine.keepalive()
                 self._flush()
         self._rearm(self._tick_period())
+
+    def _expire(self, engine: Engine, transport: asyncio.Transport, silence: float) -> None:
+        """The peer was silent too long: the engine's last word if it has one (AMQP 1.0's
+        ``close`` with an error), then the socket is dropped without waiting for the peer."""
+        last_word = getattr(engine, "idle_expired", None)
+        if last_word is not None:
+            last_word(silence)
+            self._flush()
+        transport.abort()                 # what did not reach the kernel is not waited for
 
 
 async def close_all(registry: ConnectionRegistry, reason: str) -> None:

@@ -15,9 +15,19 @@ The phases (spec 2.2, 2.4, 5.3):
    with the plain AMQP header where the port offers no ``ANONYMOUS`` gets
    the SASL header back and the socket closes (spec 5.3.1).
 2. ``open``: container id, max-frame-size (at least 512), channel-max,
-   idle-time-out (the transport beats at half the peer's), and the hostname,
-   which names the virtual host as Broker-J maps it (``vhost:<name>`` or a
-   virtual host's name; anything else the default virtual host).
+   idle-time-out, and the hostname, which names the virtual host as Broker-J
+   maps it (``vhost:<name>`` or a virtual host's name; anything else the
+   default virtual host).  Idle time-out (spec 2.4.5): the transport sends an
+   empty frame after half the peer's idle-time-out of silence (one under
+   :data:`MIN_PEER_IDLE_TIME_OUT_MS` is refused: beating every few
+   milliseconds is not a service the broker gives); the broker's own offer is
+   the Broker's ``connection.idleTimeout`` (seconds; 0 by default, as Broker-J
+   offers, so nothing is offered), and a peer silent for twice the offer is
+   closed with ``amqp:resource-limit-exceeded`` (the spec's offer is half the
+   real threshold).  Without an offer, a vanished peer is found by TCP
+   keepalive (:mod:`broker.transport.keepalive`).  An offer has a price on
+   the client: rhea re-arms its heartbeat timer on every socket write when the
+   broker offers one (docs/amqp-1-0-benchmarks.md, "The idle-time-out offer").
 3. Sessions on channels (:mod:`.session`), links on sessions (:mod:`.links`).
 
 Malformed input closes the connection with ``amqp:decode-error``, a frame
@@ -57,6 +67,8 @@ log = logging.getLogger(__name__)
 MECHANISMS = ("EXTERNAL", "SCRAM-SHA-256", "SCRAM-SHA-1", "PLAIN", "ANONYMOUS")
 IDLE_SEND_FRACTION = 0.5         # beat after half the peer's idle-time-out (spec 2.4.5)
 IDLE_EXPIRE_FACTOR = 2.0         # a peer silent twice our idle-time-out is gone
+#: the shortest idle-time-out a peer may ask for (Broker-J's and RabbitMQ's minimum too)
+MIN_PEER_IDLE_TIME_OUT_MS = 1000
 #: what the broker's open offers: SHARED-SUBS, JMS 2.0 shared subscriptions (Qpid JMS asks for it)
 OFFERED_CAPABILITIES: tuple[str, ...] = ("SHARED-SUBS",)
 
@@ -110,6 +122,8 @@ class AmqpConnection10(OutputQueue):
         self.hostname = ""
         self.client_properties: dict[str, Any] = {}
         self.remote_container_id = ""
+        #: the idle-time-out our open offered (ms; 0: none)
+        self.offered_idle_ms = 0
         #: the largest frame the peer takes (its open's max-frame-size)
         self.max_frame_size = MIN_MAX_FRAME_SIZE
         self.channel_max = host.channel_max
@@ -182,6 +196,14 @@ class AmqpConnection10(OutputQueue):
 
     def keepalive(self) -> None:
         self._write(EMPTY_FRAME)
+
+    def idle_expired(self, silence: float) -> None:
+        """The transport heard nothing for twice our idle-time-out: a close explaining why goes
+        before the socket does (spec 2.4.5)."""
+        if self.state is State.OPEN:
+            self._connection_error(AmqpErrorCondition.RESOURCE_LIMIT_EXCEEDED,
+                                   f"no frame received for {silence:.0f} s (idle-time-out"
+                                   f" {self.offered_idle_ms} ms)", finish=True)
 
     def work_done(self, result: Any, error: BaseException | None = None) -> None:
         self.authentication = None
@@ -365,6 +387,11 @@ class AmqpConnection10(OutputQueue):
         if open_.max_frame_size < MIN_MAX_FRAME_SIZE:
             raise ProtocolFault(AmqpErrorCondition.INVALID_FIELD,
                                 f"max-frame-size {open_.max_frame_size} is below the minimum of 512")
+        peer_idle_ms = open_.idle_time_out or 0
+        if 0 < peer_idle_ms < MIN_PEER_IDLE_TIME_OUT_MS:
+            raise ProtocolFault(AmqpErrorCondition.NOT_ALLOWED,
+                                f"idle-time-out {peer_idle_ms} ms is below the minimum of"
+                                f" {MIN_PEER_IDLE_TIME_OUT_MS} ms")
         self.remote_container_id = str(open_.container_id)
         self.client_properties = {str(k): v for k, v in (open_.properties or {}).items()}
         self.max_frame_size = min(open_.max_frame_size, 1 << 31)
@@ -375,14 +402,14 @@ class AmqpConnection10(OutputQueue):
         self.access = self.host.access(self.principal, self.virtual_host_name, self.remote_host)
         our_max = max(self.host.frame_max, MIN_MAX_FRAME_SIZE)
         self._reader.max_frame_size = our_max
-        idle_ms = self.host.heartbeat * 1000
+        idle_ms = self.offered_idle_ms = self.host.idle_timeout * 1000
         self._write(encode_frame(Open(
             container_id=self.container_id, hostname=open_.hostname, max_frame_size=our_max,
             channel_max=self.channel_max, idle_time_out=idle_ms or None,
             offered_capabilities=[Symbol(c) for c in OFFERED_CAPABILITIES] or None,
             properties={Symbol("product"): self.host.product, Symbol("version"): self.host.version})))
         self.state = State.OPEN
-        peer_idle = (open_.idle_time_out or 0) / 1000
+        peer_idle = peer_idle_ms / 1000
         if peer_idle or idle_ms:
             self.on_event(IdleTiming(peer_idle or idle_ms / 1000, peer_idle * IDLE_SEND_FRACTION,
                                      idle_ms / 1000 * IDLE_EXPIRE_FACTOR))

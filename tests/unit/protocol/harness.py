@@ -57,6 +57,7 @@ class FakeHost:
     frame_max: int = 131072
     channel_max: int = 2047
     heartbeat: int = 60
+    idle_timeout: int = 0
     max_message_size: int = 1 << 20
     #: the resource alarm's reason ("low on disk"), "" when publishers are not blocked
     alarm: str = ""

@@ -85,11 +85,13 @@ def test_plain_header_is_anonymous_where_the_port_allows_it() -> None:
 
 
 def test_idle_time_out_becomes_idle_timing() -> None:
-    client = Client10()
+    host = Host10()
+    host.idle_timeout = 30
+    client = Client10(host)
     client.handshake(idle_time_out=10_000)
     timing = next(e for e in client.events if isinstance(e, IdleTiming))
     assert timing.send_after == 5.0
-    assert timing.expire_after == client.host.heartbeat * 2.0
+    assert timing.expire_after == 60.0
     client.server.keepalive()
     client._read()
     assert client.take()[-1] == (0, None, b"")                 # an empty frame
