@@ -85,21 +85,29 @@ class JournalPageReader:
         self.messages_read = 0
 
     def after_durable(self, callback: Callable[[bool], None]) -> None:
+        """``callback(True)`` once every ``enqueue`` row reported so far is durable; False when
+        one of them failed or waits for a retry (the caller tries again later).
+
+        Dead letters join their queue before their commit and, when it fails, wait in the
+        journal for the next attempt (``_kept_enqueues``): a later group being durable does
+        not make them so, hence the check of those reported before this call."""
         journal = self.journal
         group = journal.pending or journal._in_flight
         loop = journal._loop
+        kept = set(journal._kept_enqueues)
         if group is None:
             if loop is not None and not loop.is_closed():
-                loop.call_soon(callback, True)  # on the next turn: a large spill is done in steps
+                loop.call_soon(callback, not kept)  # on the next turn: a large spill is done in steps
             else:
-                callback(True)
+                callback(not kept)
             return
         if loop is None:
             # no loop (start-up, tests): the group is committed in-process at close, too late
             callback(False)
             return
         waited: JournalGroup = group
-        waited.when_durable(lambda: callback(waited.error is None))
+        waited.when_durable(lambda: callback(waited.error is None
+                                             and not (kept and kept & journal._kept_enqueues)))
 
     def read_back(self, ids: list[int], done: Callable[[list[Message] | BaseException], None]) -> None:
         loop = self.journal._loop
