@@ -30,19 +30,26 @@ Run as ``python -m lakehouse.journal_upkeep <table location> <history hours> <lo
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import os
+import resource
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 from broker.data_directory import inherited_descriptors
 
 from .delta_table import AppendOnlyTable, is_uri
-from .journal_writer import advance_watermark, journal_table
+from .journal_windows import WATERMARK_WINDOWS, step_watermark
+from .journal_writer import journal_table
 from .maintenance import TableMaintenance
 from .retention import purge_settled_history
 
@@ -54,8 +61,12 @@ log = logging.getLogger("lakehouse.journal_upkeep")
 #: wants the CPU, and any wake-up of the broker or its writer preempts it at once) or a
 #: niceness increment over the writer's, such as ``10``
 PRIORITY = os.environ.get("DELTAMQ_JOURNAL_UPKEEP_PRIORITY", "idle")
-#: seconds between history retention and vacuum rounds
-VACUUM_INTERVAL = 300.0
+#: seconds between history retention and vacuum rounds (DELTAMQ_JOURNAL_UPKEEP_VACUUM_S)
+VACUUM_INTERVAL = float(os.environ.get("DELTAMQ_JOURNAL_UPKEEP_VACUUM_S", "300"))
+#: seconds between walks of the recovery watermark (DELTAMQ_JOURNAL_UPKEEP_WATERMARK_S); a walk
+#: cut short by WATERMARK_WINDOWS goes on at the next round, whatever the time
+WATERMARK_INTERVAL = float(os.environ.get("DELTAMQ_JOURNAL_UPKEEP_WATERMARK_S", "30"))
+MIB = 1 << 20
 
 
 class JournalMaintenance(TableMaintenance):
@@ -66,37 +77,93 @@ class JournalMaintenance(TableMaintenance):
     Spark query lists the whole ``_delta_log`` directory (a journal with 6,000
     versions answered a query in 1.6 s, 0.9 s once the old entries were
     gone), and a Spark stream must only keep up within it.
+
+    A round compacts first (the queries after it then list fewer files), then
+    checkpoints, then walks the recovery watermark (every ``watermark_interval``
+    seconds, at most :data:`~lakehouse.journal_windows.WATERMARK_WINDOWS`
+    windows a round), then, every ``vacuum_interval`` seconds, history
+    retention and vacuum.  A step that raises the process's peak resident
+    memory says so in the log (:attr:`phase_peaks`).
     """
 
-    def __init__(self, table: AppendOnlyTable, *, history_hours: int, **options: Any) -> None:
+    def __init__(self, table: AppendOnlyTable, *, history_hours: int,
+                 watermark_interval: float = WATERMARK_INTERVAL,
+                 watermark_windows: int = WATERMARK_WINDOWS, **options: Any) -> None:
         super().__init__(table, **options)
         self.history_hours = history_hours
-        #: the table's version when the watermark was last advanced (-1: not yet)
+        self.watermark_interval = watermark_interval
+        self.watermark_windows = watermark_windows
+        #: the table's version when the watermark last reached the lowest live id (-1: not yet)
         self._watermark_version = -1
-        #: how many times the watermark was computed (a round with no commit since skips it)
+        #: the walk stopped short of the lowest live id: the next round goes on with it
+        self._watermark_behind = False
+        self._last_watermark = -float("inf")
+        #: how many times the watermark was walked (a round with no commit since skips it)
         self.watermark_rounds = 0
+        #: the highest peak RSS (bytes) seen at the end of each step ("compaction", "watermark"...)
+        self.phase_peaks: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def _step(self, name: str) -> Iterator[None]:
+        """Note the process's peak RSS after the step ``name``; log it when the step raised it."""
+        before = _peak_rss()
+        try:
+            yield
+        finally:
+            after = _peak_rss()
+            self.phase_peaks[name] = max(self.phase_peaks.get(name, 0), after)
+            if after > before + MIB:
+                log.info("%s raised the upkeep's peak RSS from %.0f to %.0f MiB",
+                         name, before / MIB, after / MIB)
+
+    def run_once(self) -> None:
+        super().run_once()
+        if (not is_uri(self.table.uri)
+                and (self._watermark_behind
+                     or time.monotonic() - self._last_watermark >= self.watermark_interval)):
+            self.advance_watermark()
+        pa.default_memory_pool().release_unused()
+
+    def compact(self) -> int:
+        with self._step("compaction"):
+            return super().compact()
+
+    def checkpoint(self) -> None:
+        with self._step("checkpoint"):
+            super().checkpoint()
 
     def vacuum(self) -> None:
         if not is_uri(self.table.uri):            # row retention rewrites files locally (not on S3 yet)
-            self.advance_watermark()
-            cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=self.history_hours)
-            purge_settled_history(self.table, cutoff, self.log_state())
-        super().vacuum()
+            with self._step("retention"):
+                cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=self.history_hours)
+                purge_settled_history(self.table, cutoff, self.log_state())
+        with self._step("vacuum"):
+            super().vacuum()
 
     def advance_watermark(self) -> None:
-        """Move the recovery watermark up, unless nothing was committed since the last time.
+        """Move the recovery watermark up, unless nothing was committed since it was reached.
 
         The journal's live messages change only by commits: with none since,
-        the lowest live id is where the last round left it.  (Each round is one
-        window of ids while a backlog sits at the watermark:
-        :mod:`lakehouse.journal_windows`.)
+        the lowest live id is where the last walk found it.  A walk is
+        ``watermark_windows`` windows at most (:func:`~lakehouse.journal_windows.step_watermark`);
+        one cut short goes on at the next round.
         """
         version = self.log_state().version
-        if version == self._watermark_version:
+        if version == self._watermark_version and not self._watermark_behind:
             return
-        advance_watermark(self.table)
-        self._watermark_version = version
+        with self._step("watermark"):
+            _, reached = step_watermark(self.table, self.table.uri,
+                                        max_windows=self.watermark_windows)
+        self._last_watermark = time.monotonic()
+        self._watermark_behind = not reached
+        if reached:
+            self._watermark_version = version
         self.watermark_rounds += 1
+
+
+def _peak_rss() -> int:
+    """This process's peak resident memory so far, in bytes (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 class UpkeepProcess:

@@ -42,20 +42,29 @@ from __future__ import annotations
 import datetime as dt
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from .delta_table import AppendOnlyTable
+from .delta_table import AppendOnlyTable, TableSnapshot, fsync_path
 from .journal_schema import ENQUEUE, QUEUE_DELETED, SETTLE
-from .journal_writer import has_ranges, journal_source
+from .journal_writer import journal_source, read_watermark, watermark_path
 
-__all__ = ["WINDOW_IDS", "Window", "windows", "lowest_live_id", "expired_ids", "sorted_member_mask"]
+__all__ = ["WINDOW_IDS", "WATERMARK_WINDOWS", "Window", "windows", "lowest_live_id", "step_watermark",
+           "expired_ids", "sorted_member_mask"]
 
 #: message ids per window (DELTAMQ_JOURNAL_UPKEEP_WINDOW): what one join of the upkeep holds
 #: at most, times the rows per id (one ``enqueue`` and one ``settle`` per queue reached)
 WINDOW_IDS = int(os.environ.get("DELTAMQ_JOURNAL_UPKEEP_WINDOW", str(1 << 18)))
+
+#: windows the watermark walks at most in one round (DELTAMQ_JOURNAL_UPKEEP_WATERMARK_WINDOWS);
+#: the next round goes on from where this one stopped
+WATERMARK_WINDOWS = int(os.environ.get("DELTAMQ_JOURNAL_UPKEEP_WATERMARK_WINDOWS", "4"))
+
+#: what the queries read: the table (a fresh handle each time) or one snapshot of it
+Source = AppendOnlyTable | TableSnapshot
 
 #: ``[low, high)``: the message ids one query looks at
 Window = tuple[int, int]
@@ -127,61 +136,110 @@ WHERE event IN ('{SETTLE}', '{QUEUE_DELETED}') AND at < TIMESTAMP '{{stamp}}'
 """
 
 
-def windows(table: AppendOnlyTable, start: int, last: int, size: int) -> Iterator[Window]:
+def _snapshot(source: Source) -> TableSnapshot:
+    """One handle for all the queries of one question (each :meth:`AppendOnlyTable.read` opens
+    the table again, reading the log and every file's statistics)."""
+    return source if isinstance(source, TableSnapshot) else source.snapshot()
+
+
+def windows(source: Source, start: int, last: int, size: int) -> Iterator[Window]:
     """Windows of ``size`` ids from ``start`` to ``last``, lowest first, each starting at an
     ``enqueue`` row's id: ids no message has (removed by retention, or between a lone old
     message and the rest) cost no window."""
     if size < 1:
         raise ValueError(f"a window of {size} ids")
-    low = _first_enqueued(table, start)
+    snapshot = _snapshot(source)
+    low = _first_enqueued(snapshot, start)
     while low is not None and low <= last:
         yield low, low + size
-        low = _first_enqueued(table, low + size)
+        low = _first_enqueued(snapshot, low + size)
 
 
-def _first_enqueued(table: AppendOnlyTable, start: int) -> int | None:
-    return _scalar(table, f"SELECT MIN(message_id) AS low FROM t WHERE event = '{ENQUEUE}'"
-                          f" AND message_id >= {int(start)}", "low")
+def _first_enqueued(snapshot: TableSnapshot, start: int) -> int | None:
+    return _scalar(snapshot, f"SELECT MIN(message_id) AS low FROM t WHERE event = '{ENQUEUE}'"
+                             f" AND message_id >= {int(start)}", "low")
 
 
-def _scalar(table: AppendOnlyTable, sql: str, column: str) -> int | None:
-    result = table.read(sql)
+def _scalar(snapshot: TableSnapshot, sql: str, column: str) -> int | None:
+    result = snapshot.read(sql)
     if not result.num_rows or column not in result.column_names:
         return None
     value = result.column(column)[0].as_py()
     return None if value is None else int(value)
 
 
-def lowest_live_id(table: AppendOnlyTable, start: int, *, window: int = WINDOW_IDS,
+def _source_sql(snapshot: TableSnapshot) -> str:
+    """What the queries read as the journal (padded with ``first_message_id`` before schema 3)."""
+    return journal_source(any(field.name == "first_message_id" for field in snapshot.handle.schema().fields))
+
+
+def lowest_live_id(source: Source, start: int, *, window: int = WINDOW_IDS,
                    observe: WindowObserver | None = None) -> int | None:
     """The lowest live message id from ``start`` on, or one past the highest id when none is
     live; None when the table has no row from ``start`` on.  Windows from ``start`` up, until
     one holds a live message."""
-    high = _scalar(table, f"SELECT MAX(message_id) AS high FROM t WHERE message_id >= {int(start)}", "high")
+    return _walk(_snapshot(source), start, window, observe, None)[0]
+
+
+def _walk(snapshot: TableSnapshot, start: int, window: int, observe: WindowObserver | None,
+          max_windows: int | None) -> tuple[int | None, bool]:
+    """:func:`lowest_live_id`, ``max_windows`` windows at most: (the answer, whether it is the
+    lowest live id).  Stopped short, the answer is where the next window starts: every
+    message below it has ended."""
+    high = _scalar(snapshot, f"SELECT MAX(message_id) AS high FROM t WHERE message_id >= {int(start)}", "high")
     if high is None:
-        return None
-    source = journal_source(has_ranges(table))
-    for bounds in windows(table, int(start), high, window):
+        return None, True
+    sql = _source_sql(snapshot)
+    walked = 0
+    for bounds in windows(snapshot, int(start), high, window):
+        if max_windows is not None and walked >= max_windows:
+            return bounds[0], False
         if observe is not None:
             observe(bounds)
-        low = _scalar(table, _window_sql(_LOWEST_LIVE_SQL, source, bounds), "low")
+        low = _scalar(snapshot, _window_sql(_LOWEST_LIVE_SQL, sql, bounds), "low")
         if low is not None:
-            return low
-    return high + 1
+            return low, True
+        walked += 1
+    return high + 1, True
 
 
-def expired_ids(table: AppendOnlyTable, cutoff: dt.datetime, *, window: int = WINDOW_IDS,
+def step_watermark(source: Source, location: str | Path, *, window: int = WINDOW_IDS,
+                   max_windows: int = WATERMARK_WINDOWS,
+                   observe: WindowObserver | None = None) -> tuple[int, bool]:
+    """Move the recovery watermark of the local journal at ``location`` up, ``max_windows``
+    windows at most: (the watermark now, whether it reached the lowest live id).
+
+    Not reached, the next call goes on from where this one stopped (the watermark file):
+    a round's work is bounded however many messages ended since the last one.
+    """
+    current = read_watermark(location)
+    path = watermark_path(location)
+    if path is None:
+        return current, True
+    floor, reached = _walk(_snapshot(source), current, window, observe, max_windows)
+    if floor is not None and floor > current:
+        temp = path.with_name(path.name + ".tmp")
+        temp.write_text(str(floor))
+        fsync_path(temp)
+        os.replace(temp, path)
+        fsync_path(path.parent)
+        current = floor
+    return current, reached
+
+
+def expired_ids(source: Source, cutoff: dt.datetime, *, window: int = WINDOW_IDS,
                 observe: WindowObserver | None = None) -> npt.NDArray[np.int64]:
     """Ids of messages whose every queue entry ended before ``cutoff`` (UTC), sorted."""
     stamp = cutoff.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
-    high = _scalar(table, _EXPIRY_BOUND_SQL.format(stamp=stamp), "high")
+    snapshot = _snapshot(source)
+    high = _scalar(snapshot, _EXPIRY_BOUND_SQL.format(stamp=stamp), "high")
     found: list[npt.NDArray[np.int64]] = []
     if high is not None:
-        source = journal_source(has_ranges(table))
-        for ids in windows(table, 0, high, window):
+        sql = _source_sql(snapshot)
+        for ids in windows(snapshot, 0, high, window):
             if observe is not None:
                 observe(ids)
-            result = table.read(_window_sql(_EXPIRED_SQL, source, ids, stamp=stamp))
+            result = snapshot.read(_window_sql(_EXPIRED_SQL, sql, ids, stamp=stamp))
             if result.num_rows:
                 found.append(result.column("message_id").to_numpy().astype(np.int64))
     if not found:
