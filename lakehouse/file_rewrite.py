@@ -21,7 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["REWRITE_ROWS", "RewrittenFile", "conform", "read_batches", "write_batches_synced"]
+__all__ = ["REWRITE_ROWS", "RewrittenFile", "conform", "read_batches", "read_columns", "write_batches_synced"]
 
 #: rows read, written and fdatasync'ed at a time (one row group of the new file)
 REWRITE_ROWS = 16_384
@@ -49,28 +49,35 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def read_batches(path: Path, schema: pa.Schema, rows: int = REWRITE_ROWS) -> Iterator[pa.RecordBatch]:
-    """The rows of the data file at ``path`` in ``schema``, ``rows`` at a time."""
+def read_batches(path: Path, schema: pa.Schema, rows: int | None = None) -> Iterator[pa.RecordBatch]:
+    """The rows of the data file at ``path`` in ``schema``, ``rows`` (:data:`REWRITE_ROWS`) at a time."""
+    for batch in read_columns(path, None, rows):
+        yield conform(batch, schema)
+
+
+def read_columns(path: Path, columns: Iterable[str] | None,
+                 rows: int | None = None) -> Iterator[pa.RecordBatch]:
+    """Those of ``columns`` (None: all) the data file at ``path`` has, ``rows`` at a time."""
     source = pq.ParquetFile(path)
     try:
-        for batch in source.iter_batches(batch_size=rows, use_threads=False):
-            yield conform(batch, schema)
+        names = None if columns is None else [c for c in columns if c in source.schema_arrow.names]
+        yield from source.iter_batches(batch_size=rows or REWRITE_ROWS, columns=names, use_threads=False)
     finally:
         source.close()
 
 
 def write_batches_synced(batches: Iterable[pa.RecordBatch], target: Path, schema: pa.Schema, *,
-                         compression: str, keep: list[str],
-                         rows: int = REWRITE_ROWS) -> RewrittenFile:
+                         compression: str, keep: list[str], rows: int | None = None) -> RewrittenFile:
     """Write ``batches`` as one Parquet file at ``target``, durable when this returns.
 
-    Row groups of at most ``rows`` rows, each ``fdatasync``'ed as it is
+    Row groups of at most ``rows`` (:data:`REWRITE_ROWS`) rows, each ``fdatasync``'ed as it is
     written, never one large flush: on ext4 (``data=ordered``) an appender's
     small fsync that lands while many megabytes of another file are being
     written back waits for all of them, and the appender's commits are what
-    publishers' confirms wait for.  Small batches are gathered up to
-    ``rows`` first.  ``keep``: the columns returned (statistics).
+    publishers' confirms wait for.  Batches are cut and gathered into
+    row groups of ``rows`` rows.  ``keep``: the columns returned (statistics).
     """
+    rows = rows or REWRITE_ROWS
     kept: list[pa.RecordBatch] = []
     total = 0
     pending: list[pa.RecordBatch] = []
@@ -86,14 +93,16 @@ def write_batches_synced(batches: Iterable[pa.RecordBatch], target: Path, schema
                 pending, pending_rows = [], 0
 
             for batch in batches:
-                for start in range(0, batch.num_rows, rows):
-                    piece = batch.slice(start, rows)
-                    if pending_rows + piece.num_rows > rows:
-                        flush()
+                start = 0
+                while start < batch.num_rows:         # fill the row group in progress, then write it
+                    piece = batch.slice(start, rows - pending_rows)
+                    start += piece.num_rows
                     pending.append(piece)
                     pending_rows += piece.num_rows
                     total += piece.num_rows
                     kept.append(piece.select(keep))
+                    if pending_rows == rows:
+                        flush()
             flush()
         sink.flush()
         os.fsync(sink.fileno())

@@ -48,7 +48,7 @@ import pyarrow as pa
 from broker.data_directory import inherited_descriptors
 
 from .delta_table import AppendOnlyTable, is_uri
-from .journal_windows import WATERMARK_WINDOWS, step_watermark
+from .journal_windows import WATERMARK_WINDOWS, WINDOW_IDS, step_watermark
 from .journal_writer import journal_table
 from .maintenance import TableMaintenance
 from .retention import purge_settled_history
@@ -87,11 +87,13 @@ class JournalMaintenance(TableMaintenance):
     """
 
     def __init__(self, table: AppendOnlyTable, *, history_hours: int,
-                 watermark_interval: float = WATERMARK_INTERVAL,
+                 watermark_interval: float = WATERMARK_INTERVAL, watermark_window: int = WINDOW_IDS,
                  watermark_windows: int = WATERMARK_WINDOWS, **options: Any) -> None:
         super().__init__(table, **options)
         self.history_hours = history_hours
         self.watermark_interval = watermark_interval
+        #: message ids per window, and windows per round, of the watermark's walk
+        self.watermark_window = watermark_window
         self.watermark_windows = watermark_windows
         #: the table's version when the watermark last reached the lowest live id (-1: not yet)
         self._watermark_version = -1
@@ -152,7 +154,7 @@ class JournalMaintenance(TableMaintenance):
         if version == self._watermark_version and not self._watermark_behind:
             return
         with self._step("watermark"):
-            _, reached = step_watermark(self.table, self.table.uri,
+            _, reached = step_watermark(self.table, self.table.uri, window=self.watermark_window,
                                         max_windows=self.watermark_windows)
         self._last_watermark = time.monotonic()
         self._watermark_behind = not reached

@@ -37,10 +37,9 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from .delta_table import AppendOnlyTable
-from .file_rewrite import REWRITE_ROWS, read_batches, write_batches_synced
+from .file_rewrite import read_batches, read_columns, write_batches_synced
 from .journal_schema import QUEUE_DELETED
 from .journal_windows import WINDOW_IDS, WindowObserver, expired_ids, sorted_member_mask
 from .log_state import LogState
@@ -101,15 +100,11 @@ def _drop_mask(keys: pa.Table, expired: npt.NDArray[np.int64], superseded: pa.Ta
 def _rows_dropped(path: Path, expired: npt.NDArray[np.int64], superseded: pa.Table) -> tuple[int, int]:
     """(rows of the data file at ``path`` retention removes, rows it has): its key columns
     read a batch at a time, no bodies (most files have nothing to drop)."""
-    source = pq.ParquetFile(path)
-    try:
-        wanted = [c for c in _KEY_COLUMNS if c in source.schema_arrow.names]
-        dropped = 0
-        for batch in source.iter_batches(batch_size=REWRITE_ROWS, columns=wanted, use_threads=False):
-            dropped += pc.sum(_drop_mask(pa.Table.from_batches([batch]), expired, superseded)).as_py() or 0
-        return dropped, source.metadata.num_rows
-    finally:
-        source.close()
+    dropped = total = 0
+    for batch in read_columns(path, _KEY_COLUMNS):
+        dropped += pc.sum(_drop_mask(pa.Table.from_batches([batch]), expired, superseded)).as_py() or 0
+        total += batch.num_rows
+    return dropped, total
 
 
 def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime,

@@ -1,0 +1,165 @@
+"""The upkeep's rounds with bounded work: streamed rewrites and a watermark walked in steps.
+
+Compaction and history retention stream rows from the old files to the new
+one a row group at a time (:mod:`lakehouse.file_rewrite`); the recovery
+watermark walks a bounded number of windows a round and the next round goes
+on from there.  Each must give what the whole-at-once way gives: the same
+rows, the same statistics, the same watermark in the end, never past a live
+message on the way.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import lakehouse.file_rewrite as file_rewrite
+from lakehouse.delta_table import AppendOnlyTable
+from lakehouse.file_rewrite import read_batches, write_batches_synced
+from lakehouse.journal_schema import JOURNAL_SCHEMA
+from lakehouse.journal_upkeep import JournalMaintenance
+from lakehouse.journal_windows import Window, lowest_live_id, step_watermark
+from lakehouse.journal_writer import read_watermark
+from lakehouse.maintenance import TableMaintenance
+from lakehouse.retention import purge_settled_history
+
+from .test_upkeep_windows import BASE, HOUR, journal, model_expired, model_watermark, random_journal, row
+
+SCHEMA = pa.schema([("id", pa.int64(), False), ("at", pa.timestamp("us", tz="UTC")), ("body", pa.binary())])
+
+
+def numbered(start: int, count: int) -> pa.Table:
+    return pa.table({"id": pa.array(range(start, start + count), pa.int64()),
+                     "at": pa.array([BASE + dt.timedelta(seconds=i) for i in range(start, start + count)],
+                                    SCHEMA.field("at").type),
+                     "body": [b"x" * (i % 7) for i in range(start, start + count)]}, schema=SCHEMA)
+
+
+# -- streamed rewrites -------------------------------------------------------------------
+
+def test_batches_are_written_in_row_groups_of_the_bound_with_their_statistics(tmp_path: Path) -> None:
+    source = numbered(10, 25)
+    pieces = [b for t in (source.slice(0, 4), source.slice(4, 1), source.slice(5, 20)) for b in t.to_batches()]
+    written = write_batches_synced(iter(pieces), tmp_path / "out.parquet", SCHEMA, compression="zstd",
+                                   keep=["id", "at"], rows=6)
+    back = pq.ParquetFile(tmp_path / "out.parquet")
+    assert [back.metadata.row_group(i).num_rows for i in range(back.num_row_groups)] == [6, 6, 6, 6, 1]
+    assert back.read().equals(source)
+    assert written.rows == 25 and written.size == (tmp_path / "out.parquet").stat().st_size
+    assert written.stats_rows.equals(source.select(["id", "at"]))
+
+
+def test_a_file_of_an_older_schema_reads_with_the_new_columns_null(tmp_path: Path) -> None:
+    pq.write_table(numbered(0, 5).drop_columns(["body"]), tmp_path / "old.parquet")
+    batches = list(read_batches(tmp_path / "old.parquet", SCHEMA, rows=2))
+    assert [b.num_rows for b in batches] == [2, 2, 1]
+    rows = pa.Table.from_batches(batches)
+    assert rows.schema == SCHEMA and rows.column("body").null_count == 5
+    assert rows.column("id").to_pylist() == [0, 1, 2, 3, 4]
+
+
+def test_compaction_streams_the_files_into_one_with_the_same_rows_and_statistics(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(file_rewrite, "REWRITE_ROWS", 7)
+    table = AppendOnlyTable(tmp_path / "t", SCHEMA, stats_column="id", time_stats_column="at")
+    table.open()
+    for start in range(0, 60, 6):
+        table.append(numbered(start, 6))
+    upkeep = TableMaintenance(table, compact_min_files=4)
+    assert upkeep.compact() == 10
+    state = upkeep.log_state()
+    (name, add), = state.adds.items()
+    stats = json.loads(add["stats"])
+    assert stats["numRecords"] == 60
+    assert stats["minValues"]["id"] == 0 and stats["maxValues"]["id"] == 59
+    assert stats["nullCount"] == {"id": 0, "at": 0}
+    assert add["size"] == (table.path / name).stat().st_size
+    compacted = pq.ParquetFile(table.path / name)
+    assert max(compacted.metadata.row_group(i).num_rows for i in range(compacted.num_row_groups)) == 7
+    assert table.read("SELECT * FROM t ORDER BY id").cast(SCHEMA).equals(numbered(0, 60))
+
+
+def test_retention_streamed_in_small_batches_removes_what_the_model_says(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(file_rewrite, "REWRITE_ROWS", 3)
+    commits = random_journal(5, commits=20)
+    rows = [r for c in commits for r in c]
+    cutoff = BASE + 12 * HOUR
+    expired = set(model_expired(rows, cutoff))
+    assert expired
+    table = journal(tmp_path, commits)
+    removed = purge_settled_history(table, cutoff, window=4)
+    left = table.read("SELECT event, queue, message_id, first_message_id FROM t").to_pylist()
+    assert removed == len(rows) - len(left) > 0
+    wanted = sorted((r["event"], r["queue"], r["message_id"]) for r in rows if r["first_message_id"] is None
+                    and (r["message_id"] not in expired or r["event"] == "queue_deleted"))
+    assert sorted((r["event"], r["queue"], r["message_id"]) for r in left if r["first_message_id"] is None) == wanted
+    last = sorted((table.path / "_delta_log").glob("*.json"))[-1].read_text()
+    metrics = next(json.loads(line)["commitInfo"]["operationMetrics"] for line in last.splitlines()
+                   if "commitInfo" in line)
+    assert int(metrics["numAddedFiles"]) > 0            # some files kept rows: rewritten in batches
+    # the survivors' files say what they hold
+    for add in pa.table(table.delta_table().get_add_actions(flatten=True)).to_pylist():
+        ids = pq.read_table(table.path / add["path"], columns=["message_id"]).column("message_id")
+        assert add["num_records"] == len(ids)
+        assert add["min.message_id"] == min(ids.to_pylist())
+
+
+# -- the watermark in steps ---------------------------------------------------------------
+
+def test_the_watermark_walks_a_bounded_number_of_windows_and_goes_on_from_there(tmp_path: Path) -> None:
+    table = journal(tmp_path, [[row("enqueue", "q", i, BASE) for i in range(1, 201)],
+                               [row("settle", "q", i, BASE + HOUR, outcome="acked") for i in range(1, 71)]])
+    seen: list[Window] = []
+    steps = [step_watermark(table, table.uri, window=16, max_windows=2, observe=seen.append) for _ in range(3)]
+    # windows (1,17) (17,33) hold nothing live: the step stops where the next one starts, 33
+    assert steps == [(33, False), (65, False), (71, True)]
+    assert seen == [(1, 17), (17, 33), (33, 49), (49, 65), (65, 81)]
+    assert read_watermark(table.uri) == 71 == lowest_live_id(table, 0, window=1 << 18)
+    assert step_watermark(table, table.uri, window=16, max_windows=2) == (71, True)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_watermark_steps_of_random_journals_never_pass_a_live_message(tmp_path: Path, seed: int) -> None:
+    commits = random_journal(seed, commits=18)
+    rows = [r for c in commits for r in c]
+    expected = model_watermark(rows)
+    table = journal(tmp_path, commits)
+    for _ in range(200):
+        value, reached = step_watermark(table, table.uri, window=2, max_windows=1)
+        assert value <= expected
+        if reached:
+            break
+    assert value == expected
+
+
+def test_the_upkeep_goes_on_with_a_walk_cut_short_without_new_commits(tmp_path: Path) -> None:
+    table = journal(tmp_path, [[row("enqueue", "q", i, BASE) for i in range(1, 101)],
+                               [row("settle", "q", i, BASE, outcome="acked") for i in range(1, 51)]])
+    upkeep = JournalMaintenance(table, history_hours=10_000, retention_hours=1, watermark_interval=3600,
+                                watermark_windows=1, compact_min_files=1000)
+    marks = []
+    for _ in range(5):
+        upkeep.run_once()
+        marks.append(read_watermark(table.uri))
+    # one window of 2**18 ids holds 1..100: reached in the first round; nothing after it
+    assert marks == [51] * 5 and upkeep.watermark_rounds == 1
+    assert "watermark" in upkeep.phase_peaks
+
+
+def test_the_upkeep_steps_through_small_windows_round_by_round(tmp_path: Path) -> None:
+    table = journal(tmp_path, [[row("enqueue", "q", i, BASE) for i in range(1, 101)],
+                               [row("settle", "q", i, BASE, outcome="acked") for i in range(1, 51)]])
+    upkeep = JournalMaintenance(table, history_hours=10_000, retention_hours=1, watermark_interval=3600,
+                                watermark_window=10, watermark_windows=2, compact_min_files=1000)
+    marks = []
+    for _ in range(4):
+        upkeep.run_once()
+        marks.append(read_watermark(table.uri))
+    assert marks == [21, 41, 51, 51]            # two windows a round, then nothing to walk
+    assert upkeep.watermark_rounds == 3
