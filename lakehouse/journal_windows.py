@@ -49,6 +49,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from .delta_table import AppendOnlyTable, TableSnapshot, fsync_path
+from .journal_keys import KeyScan, live_ids
 from .journal_schema import ENQUEUE, QUEUE_DELETED, SETTLE
 from .journal_writer import journal_source, read_watermark, watermark_path
 
@@ -75,30 +76,6 @@ WindowObserver = Callable[[Window], None]
 _CLAMPED_RANGE_IDS = ("unnest(generate_series("
                       "CASE WHEN first_message_id > {low} THEN first_message_id ELSE {low} END, "
                       "CASE WHEN message_id < {high} THEN message_id ELSE {high} - 1 END))")
-
-#: the lowest live message id of the window ``[{low}, {high})`` of the journal ``{source}``
-#: (NULL: none is live); "live" as in :data:`lakehouse.journal_writer.LIVE_CTES`
-_LOWEST_LIVE_SQL = f"""
-WITH j AS (
-    SELECT event, queue, message_id, first_message_id FROM {{source}} WHERE message_id >= {{low}}
-), deleted AS (
-    SELECT queue, MAX(message_id) AS upto FROM j WHERE event = '{QUEUE_DELETED}' GROUP BY queue
-), settled AS (
-    SELECT DISTINCT queue, message_id FROM (
-        SELECT queue, message_id FROM j
-        WHERE event = '{SETTLE}' AND first_message_id IS NULL AND message_id < {{high}}
-        UNION ALL
-        SELECT queue, {_CLAMPED_RANGE_IDS} AS message_id FROM j
-        WHERE event = '{SETTLE}' AND first_message_id IS NOT NULL AND first_message_id < {{high}}
-    )
-), enqueued AS (
-    SELECT e.queue, e.message_id FROM j e LEFT JOIN deleted d ON e.queue = d.queue
-    WHERE e.event = '{ENQUEUE}' AND e.message_id < {{high}} AND (d.upto IS NULL OR e.message_id > d.upto)
-)
-SELECT MIN(e.message_id) AS low FROM enqueued e
-LEFT JOIN settled s ON s.queue = e.queue AND s.message_id = e.message_id
-WHERE s.message_id IS NULL
-"""
 
 #: the ids of the window ``[{low}, {high})`` whose every queue entry ended before ``{stamp}``
 _EXPIRED_SQL = f"""
@@ -142,22 +119,34 @@ def _snapshot(source: Source) -> TableSnapshot:
     return source if isinstance(source, TableSnapshot) else source.snapshot()
 
 
-def windows(source: Source, start: int, last: int, size: int) -> Iterator[Window]:
+def _keys(source: Source | KeyScan) -> KeyScan | None:
+    """The key scan of a local table (None: on object storage, or a snapshot: queries only)."""
+    if isinstance(source, KeyScan):
+        return source
+    if isinstance(source, AppendOnlyTable) and not source.remote:
+        return KeyScan.of(source.path)
+    return None
+
+
+def windows(source: Source | KeyScan, start: int, last: int, size: int) -> Iterator[Window]:
     """Windows of ``size`` ids from ``start`` to ``last``, lowest first, each starting at an
     ``enqueue`` row's id: ids no message has (removed by retention, or between a lone old
     message and the rest) cost no window."""
     if size < 1:
         raise ValueError(f"a window of {size} ids")
-    snapshot = _snapshot(source)
-    low = _first_enqueued(snapshot, start)
+    keys = _keys(source)
+    if keys is not None:
+        first_enqueued = keys.first_enqueued
+    else:
+        snapshot = _snapshot(source)               # type: ignore[arg-type]   # not a KeyScan here
+
+        def first_enqueued(start: int) -> int | None:
+            return _scalar(snapshot, f"SELECT MIN(message_id) AS low FROM t WHERE event = '{ENQUEUE}'"
+                                     f" AND message_id >= {int(start)}", "low")
+    low = first_enqueued(start)
     while low is not None and low <= last:
         yield low, low + size
-        low = _first_enqueued(snapshot, low + size)
-
-
-def _first_enqueued(snapshot: TableSnapshot, start: int) -> int | None:
-    return _scalar(snapshot, f"SELECT MIN(message_id) AS low FROM t WHERE event = '{ENQUEUE}'"
-                             f" AND message_id >= {int(start)}", "low")
+        low = first_enqueued(low + size)
 
 
 def _scalar(snapshot: TableSnapshot, sql: str, column: str) -> int | None:
@@ -173,37 +162,43 @@ def _source_sql(snapshot: TableSnapshot) -> str:
     return journal_source(any(field.name == "first_message_id" for field in snapshot.handle.schema().fields))
 
 
-def lowest_live_id(source: Source, start: int, *, window: int = WINDOW_IDS,
+def lowest_live_id(source: AppendOnlyTable | KeyScan, start: int, *, window: int = WINDOW_IDS,
                    observe: WindowObserver | None = None) -> int | None:
     """The lowest live message id from ``start`` on, or one past the highest id when none is
     live; None when the table has no row from ``start`` on.  Windows from ``start`` up, until
     one holds a live message."""
-    return _walk(_snapshot(source), start, window, observe, None)[0]
+    return _walk(_local_keys(source), start, window, observe, None)[0]
 
 
-def _walk(snapshot: TableSnapshot, start: int, window: int, observe: WindowObserver | None,
+def _local_keys(source: AppendOnlyTable | KeyScan) -> KeyScan:
+    keys = _keys(source)
+    if keys is None:
+        raise ValueError("the recovery watermark is kept for local journals only")
+    return keys
+
+
+def _walk(keys: KeyScan, start: int, window: int, observe: WindowObserver | None,
           max_windows: int | None) -> tuple[int | None, bool]:
     """:func:`lowest_live_id`, ``max_windows`` windows at most: (the answer, whether it is the
     lowest live id).  Stopped short, the answer is where the next window starts: every
     message below it has ended."""
-    high = _scalar(snapshot, f"SELECT MAX(message_id) AS high FROM t WHERE message_id >= {int(start)}", "high")
+    high = keys.highest_id(int(start))
     if high is None:
         return None, True
-    sql = _source_sql(snapshot)
     walked = 0
-    for bounds in windows(snapshot, int(start), high, window):
+    for bounds in windows(keys, int(start), high, window):
         if max_windows is not None and walked >= max_windows:
             return bounds[0], False
         if observe is not None:
             observe(bounds)
-        low = _scalar(snapshot, _window_sql(_LOWEST_LIVE_SQL, sql, bounds), "low")
-        if low is not None:
-            return low, True
+        live = live_ids(keys.window_rows(*bounds), *bounds)
+        if len(live):
+            return int(live[0]), True
         walked += 1
     return high + 1, True
 
 
-def step_watermark(source: Source, location: str | Path, *, window: int = WINDOW_IDS,
+def step_watermark(source: AppendOnlyTable | KeyScan, location: str | Path, *, window: int = WINDOW_IDS,
                    max_windows: int = WATERMARK_WINDOWS,
                    observe: WindowObserver | None = None) -> tuple[int, bool]:
     """Move the recovery watermark of the local journal at ``location`` up, ``max_windows``
@@ -216,7 +211,7 @@ def step_watermark(source: Source, location: str | Path, *, window: int = WINDOW
     path = watermark_path(location)
     if path is None:
         return current, True
-    floor, reached = _walk(_snapshot(source), current, window, observe, max_windows)
+    floor, reached = _walk(_local_keys(source), current, window, observe, max_windows)
     if floor is not None and floor > current:
         temp = path.with_name(path.name + ".tmp")
         temp.write_text(str(floor))
@@ -231,12 +226,16 @@ def expired_ids(source: Source, cutoff: dt.datetime, *, window: int = WINDOW_IDS
                 observe: WindowObserver | None = None) -> npt.NDArray[np.int64]:
     """Ids of messages whose every queue entry ended before ``cutoff`` (UTC), sorted."""
     stamp = cutoff.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+    keys = _keys(source)
     snapshot = _snapshot(source)
-    high = _scalar(snapshot, _EXPIRY_BOUND_SQL.format(stamp=stamp), "high")
+    if keys is not None:
+        high = keys.highest_ended_before(cutoff.astimezone(dt.timezone.utc))
+    else:
+        high = _scalar(snapshot, _EXPIRY_BOUND_SQL.format(stamp=stamp), "high")
     found: list[npt.NDArray[np.int64]] = []
     if high is not None:
         sql = _source_sql(snapshot)
-        for ids in windows(snapshot, 0, high, window):
+        for ids in windows(keys if keys is not None else snapshot, 0, high, window):
             if observe is not None:
                 observe(ids)
             result = snapshot.read(_window_sql(_EXPIRED_SQL, sql, ids, stamp=stamp))
