@@ -7,7 +7,8 @@
 
 ``build`` writes a journal table directly (no broker): ``--messages`` ``enqueue``
 rows of ``--body`` random bytes into one queue, in commits of ``--commit-rows``
-(about the size of the files compaction leaves), then ``settle`` rows for the
+(60,000: about the size of the files compaction leaves; 500: a file per
+commit, as when compaction lags behind the publishers), then ``settle`` rows for the
 first ``--settled`` of them (``--old``: dated 30 days back, so history
 retention removes them).  The journal writer's table properties are used.
 
@@ -17,7 +18,8 @@ messages history retention would remove, a 7-day cut-off), ``checkpoint``,
 ``compact`` (one compaction round) -- in a fresh Python process (``--code``
 first on its ``PYTHONPATH``), and reports each one's peak RSS
 (``getrusage`` ``ru_maxrss``), the peak of a process that only imported the
-same modules and opened the table (``baseline``), and the difference per live
+same modules and opened the table (``baseline``; like the upkeep process,
+without pandas when the code keeps it out), and the difference per live
 message.  ``purge`` (retention's rewrite) changes the table: it runs only when
 named with ``--phases``.
 """
@@ -78,10 +80,12 @@ def build(location: str, messages: int, body: int, commit_rows: int, settled: in
 
 def phase(name: str, location: str) -> dict[str, object]:
     """Run one round in this process; its peak RSS."""
+    from lakehouse import journal_upkeep
     from lakehouse.journal_upkeep import JournalMaintenance
     from lakehouse.journal_writer import advance_watermark, journal_table, watermark_path
     from lakehouse.retention import expired_message_ids
 
+    getattr(journal_upkeep, "keep_out_pandas", lambda: None)()      # as the upkeep process does
     table = journal_table(location, 1)
     table.open()
     maintenance = JournalMaintenance(table, history_hours=168, retention_hours=1)

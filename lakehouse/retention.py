@@ -49,8 +49,9 @@ __all__ = ["purge_settled_history", "expired_message_ids"]
 
 log = logging.getLogger(__name__)
 
-#: rows about queues and producers, not messages: retention keeps them
-_MARKERS = pa.array([QUEUE_DELETED, PRODUCER_SEQUENCE])
+#: rows about queues and producers, not messages: retention keeps them (built when used: an
+#: array built from Python objects makes pyarrow import pandas, which the upkeep process keeps out)
+_MARKERS = (QUEUE_DELETED, PRODUCER_SEQUENCE)
 
 
 def expired_message_ids(table: AppendOnlyTable, cutoff: dt.datetime, *, window: int = WINDOW_IDS,
@@ -89,7 +90,7 @@ def _drop_mask(keys: pa.Table, expired: npt.NDArray[np.int64], superseded: pa.Ta
     # queue_deleted markers stay: they are what keeps a deleted queue's messages away;
     # producer sequences too, each producer's highest: it is what keeps a replayed batch out
     drop = pc.and_(sorted_member_mask(keys.column("message_id"), expired),
-                   pc.invert(pc.is_in(keys.column("event"), value_set=_MARKERS)))
+                   pc.invert(pc.is_in(keys.column("event"), value_set=pa.array(_MARKERS, pa.string()))))
     if "first_message_id" in keys.column_names:
         drop = _ranges_ended(keys, drop, expired)
     if superseded.num_rows:
