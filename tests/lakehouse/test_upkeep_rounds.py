@@ -163,3 +163,68 @@ def test_the_upkeep_steps_through_small_windows_round_by_round(tmp_path: Path) -
         marks.append(read_watermark(table.uri))
     assert marks == [21, 41, 51, 51]            # two windows a round, then nothing to walk
     assert upkeep.watermark_rounds == 3
+
+
+# -- the key scan --------------------------------------------------------------------------
+
+def test_a_window_reads_only_the_row_groups_that_can_hold_its_rows(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from lakehouse.journal_keys import KeyScan, live_ids
+
+    from lakehouse.journal_writer import JOURNAL_STATISTICS
+
+    table = AppendOnlyTable(tmp_path / "journal", JOURNAL_SCHEMA, stats_column="message_id")
+    table.parquet_options["write_statistics"] = [*JOURNAL_STATISTICS]     # as the journal's writer does
+    table.open()
+    for rows in ([[row("enqueue", "q", i, BASE) for i in range(start, start + 10)] for start in range(1, 101, 10)]
+                 + [[row("settle", "q", i, BASE + HOUR, outcome="acked") for i in range(11, 16)]]):
+        table.append(pa.Table.from_pylist(rows, schema=JOURNAL_SCHEMA))
+    read: list[int] = []
+    real = pq.ParquetFile.read_row_group
+
+    def counted(self: pq.ParquetFile, index: int, *args: object, **kwargs: object) -> pa.Table:
+        read.append(index)
+        return real(self, index, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", counted)
+    keys = KeyScan.of(table.path)
+    rows = keys.window_rows(11, 21)
+    # ids 11..20 are in the second file; the settlements' file reaches the window's low: read;
+    # the file of 1..10 ends below the window and the later files hold only later enqueues
+    assert len(read) == 2
+    assert sorted(rows.column("message_id").to_pylist()) == sorted([*range(11, 16), *range(11, 21)])
+    assert live_ids(rows, 11, 21).tolist() == list(range(16, 21))
+    read.clear()
+    assert keys.first_enqueued(1) == 1 and len(read) == 1     # the lowest file answers; no other is read
+    assert keys.highest_id(0) == 100 and len(read) == 1       # from the files' statistics alone
+
+
+def test_ranges_deletions_and_queues_decide_the_live_ids_of_a_window() -> None:
+    from lakehouse.journal_keys import live_ids
+
+    rows = pa.Table.from_pylist([
+        {"event": "enqueue", "queue": "a", "message_id": i, "first_message_id": None} for i in range(10, 20)
+    ] + [{"event": "enqueue", "queue": "b", "message_id": 12, "first_message_id": None},
+         {"event": "settle", "queue": "a", "message_id": 25, "first_message_id": 8},     # a: 10..19 all
+         {"event": "enqueue", "queue": "c", "message_id": 18, "first_message_id": None},
+         {"event": "queue_deleted", "queue": "c", "message_id": 18, "first_message_id": None},
+         {"event": "enqueue", "queue": "c", "message_id": 19, "first_message_id": None},
+         {"event": "settle", "queue": "b", "message_id": 11, "first_message_id": None}])  # not b's 12
+    assert live_ids(rows, 10, 20).tolist() == [12, 19]
+    assert live_ids(rows, 13, 20).tolist() == [19]
+    assert live_ids(rows.slice(0, 10), 10, 20).tolist() == list(range(10, 20))
+
+
+def test_the_upkeep_process_keeps_pandas_out() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from lakehouse.journal_upkeep import keep_out_pandas; keep_out_pandas()\n"
+            "import numpy as np, pyarrow as pa\n"
+            "from lakehouse.journal_windows import sorted_member_mask\n"
+            "mask = sorted_member_mask(pa.array(np.arange(5)), np.array([1, 3]))\n"
+            "assert mask.to_pylist() == [False, True, False, True, False], mask\n"
+            "print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "False"
