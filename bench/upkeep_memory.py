@@ -18,8 +18,9 @@ messages history retention would remove, a 7-day cut-off), ``checkpoint``,
 ``compact`` (one compaction round) -- in a fresh Python process (``--code``
 first on its ``PYTHONPATH``), and reports each one's peak RSS
 (``getrusage`` ``ru_maxrss``), the peak of a process that only imported the
-same modules and opened the table (``baseline``; like the upkeep process,
-without pandas when the code keeps it out), and the difference per live
+same modules and opened the table (``baseline``; started and set up as
+the code under test starts its upkeep process: ``upkeep_environment``,
+``lean_process``), and the difference per live
 message.  ``purge`` (retention's rewrite) changes the table: it runs only when
 named with ``--phases``.
 """
@@ -85,7 +86,7 @@ def phase(name: str, location: str) -> dict[str, object]:
     from lakehouse.journal_writer import advance_watermark, journal_table, watermark_path
     from lakehouse.retention import expired_message_ids
 
-    getattr(journal_upkeep, "keep_out_pandas", lambda: None)()      # as the upkeep process does
+    getattr(journal_upkeep, "lean_process", lambda: None)()      # as the upkeep process sets itself up
     table = journal_table(location, 1)
     table.open()
     maintenance = JournalMaintenance(table, history_hours=168, retention_hours=1)
@@ -112,8 +113,21 @@ def phase(name: str, location: str) -> dict[str, object]:
             "cpu_s": round(time.process_time() - cpu, 2), "result": result}
 
 
+#: the environment the code under test starts its upkeep process with (none before it said)
+_UPKEEP_ENVIRONMENT = """
+import json
+try:
+    from lakehouse.journal_upkeep import upkeep_environment
+except ImportError:
+    upkeep_environment = dict
+print(json.dumps(upkeep_environment()))
+"""
+
+
 def measure(location: str, code: str, phases: list[str]) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([code, os.environ.get("PYTHONPATH", "")]))
+    env.update(json.loads(subprocess.run([sys.executable, "-c", _UPKEEP_ENVIRONMENT], env=env, check=True,
+                                         capture_output=True, text=True).stdout.strip().splitlines()[-1]))
     live = None
     results = []
     for name in phases:

@@ -8,18 +8,24 @@ compaction round of twelve 5 MB files peaked at 273 MiB, a retention round
 at 608 MiB.  Here the rows are streamed instead: each source file is read a
 batch of :data:`REWRITE_ROWS` rows at a time (pyarrow's Parquet reader, row
 group by row group), each batch is written out as a row group of the new
-file and ``fdatasync``'ed, and only the columns the ``add`` action's
-statistics need (``message_id``, ``at``) are kept for the whole file.
+file and ``fdatasync``'ed, and of the columns the ``add`` action's
+statistics need (``message_id``, ``at``) only the min and max of each piece
+written are kept.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from .log_commit import LogCommits
 
 __all__ = ["REWRITE_ROWS", "RewrittenFile", "conform", "read_batches", "read_columns", "write_batches_synced"]
 
@@ -29,13 +35,35 @@ REWRITE_ROWS = 16_384
 
 
 class RewrittenFile:
-    """What :func:`write_batches_synced` wrote: the row count and the statistics columns."""
+    """What :func:`write_batches_synced` wrote: its rows, size, and the bounds of the kept columns."""
 
-    def __init__(self, rows: int, stats_rows: pa.Table, size: int) -> None:
+    def __init__(self, rows: int, bounds: pa.Table, null_counts: dict[str, int], size: int) -> None:
         self.rows = rows
-        #: the kept columns of every row written (the ``add`` action's statistics come from them)
-        self.stats_rows = stats_rows
+        #: the kept columns' min and max of each piece written (two rows a piece): what the
+        #: ``add`` action's statistics are taken from, not every row (a compacted file of
+        #: settlements has millions)
+        self.bounds = bounds
+        self.null_counts = null_counts
         self.size = size
+
+    def add_action(self, table: LogCommits, name: str, *, now_ms: int) -> dict[str, Any]:
+        """The ``add`` action (``dataChange=false``) of the file, written as ``name`` in ``table``."""
+        action = table.add_action(name, self.bounds, data_change=False, now_ms=now_ms, size=self.size)
+        stats = json.loads(action["stats"])
+        stats["numRecords"] = self.rows
+        if "nullCount" in stats:
+            stats["nullCount"] = {column: self.null_counts[column] for column in stats["nullCount"]}
+        action["stats"] = json.dumps(stats, separators=(",", ":"))
+        return action
+
+
+def _bounds(piece: pa.RecordBatch, keep: list[str], schema: pa.Schema) -> pa.Table:
+    """Two rows: the min and the max of each of ``keep`` in ``piece`` (nulls when all are null)."""
+    columns = []
+    for name in keep:
+        found = pc.min_max(piece.column(name))
+        columns.append(pa.array([found["min"].as_py(), found["max"].as_py()], schema.field(name).type))
+    return pa.table(columns, schema=pa.schema([schema.field(name).with_nullable(True) for name in keep]))
 
 
 def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
@@ -75,10 +103,11 @@ def write_batches_synced(batches: Iterable[pa.RecordBatch], target: Path, schema
     small fsync that lands while many megabytes of another file are being
     written back waits for all of them, and the appender's commits are what
     publishers' confirms wait for.  Batches are cut and gathered into
-    row groups of ``rows`` rows.  ``keep``: the columns returned (statistics).
+    row groups of ``rows`` rows.  ``keep``: the columns whose bounds are returned (statistics).
     """
     rows = rows or REWRITE_ROWS
-    kept: list[pa.RecordBatch] = []
+    bounds: list[pa.Table] = []
+    null_counts = dict.fromkeys(keep, 0)
     total = 0
     pending: list[pa.RecordBatch] = []
     pending_rows = 0
@@ -100,11 +129,14 @@ def write_batches_synced(batches: Iterable[pa.RecordBatch], target: Path, schema
                     pending.append(piece)
                     pending_rows += piece.num_rows
                     total += piece.num_rows
-                    kept.append(piece.select(keep))
+                    bounds.append(_bounds(piece, keep, schema))
+                    for name in keep:
+                        null_counts[name] += piece.column(name).null_count
                     if pending_rows == rows:
                         flush()
             flush()
         sink.flush()
         os.fsync(sink.fileno())
         size = sink.tell()
-    return RewrittenFile(total, pa.Table.from_batches(kept, pa.schema([schema.field(name) for name in keep])).combine_chunks(), size)
+    empty = pa.schema([schema.field(name).with_nullable(True) for name in keep]).empty_table()
+    return RewrittenFile(total, pa.concat_tables([empty, *bounds]), null_counts, size)

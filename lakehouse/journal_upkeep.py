@@ -66,6 +66,10 @@ VACUUM_INTERVAL = float(os.environ.get("DELTAMQ_JOURNAL_UPKEEP_VACUUM_S", "300")
 #: seconds between walks of the recovery watermark (DELTAMQ_JOURNAL_UPKEEP_WATERMARK_S); a walk
 #: cut short by WATERMARK_WINDOWS goes on at the next round, whatever the time
 WATERMARK_INTERVAL = float(os.environ.get("DELTAMQ_JOURNAL_UPKEEP_WATERMARK_S", "30"))
+#: where pyarrow's buffers come from in the upkeep process (DELTAMQ_JOURNAL_UPKEEP_ARROW_POOL):
+#: ``jemalloc``, ``system`` or ``default`` (pyarrow's, mimalloc).  A compaction round of 127
+#: files of 500 KB peaked at 232 MiB with mimalloc, 188 with jemalloc, 195 with the system's
+ARROW_POOL = os.environ.get("DELTAMQ_JOURNAL_UPKEEP_ARROW_POOL", "jemalloc")
 MIB = 1 << 20
 
 
@@ -181,7 +185,8 @@ class UpkeepProcess:
     def _start(self) -> None:
         # it writes the table too: it holds the data directory's lock while it lives
         self._process = subprocess.Popen(self._command, stdin=subprocess.PIPE, bufsize=0,
-                                         pass_fds=inherited_descriptors())
+                                         pass_fds=inherited_descriptors(),
+                                         env={**os.environ, **upkeep_environment()})
         assert self._process.stdin is not None
         self._wake_fd = self._process.stdin.fileno()
         os.set_blocking(self._wake_fd, False)
@@ -260,6 +265,37 @@ def keep_out_pandas() -> None:
         sys.meta_path.insert(0, _Refused("pandas"))
 
 
+def _arrow_pool() -> str | None:
+    """The pyarrow memory pool :data:`ARROW_POOL` names, if this pyarrow has it (None: its default)."""
+    if ARROW_POOL not in ("jemalloc", "system", "mimalloc"):
+        return None
+    return ARROW_POOL if ARROW_POOL in pa.supported_memory_backends() else "system"
+
+
+def upkeep_environment() -> dict[str, str]:
+    """The environment variables the upkeep process is started with, over the writer's.
+
+    pyarrow's memory pool is chosen when pyarrow is first imported
+    (``ARROW_DEFAULT_MEMORY_POOL``), so it is given to the process from the
+    start; one set by the user is kept.
+    """
+    pool = _arrow_pool()
+    if pool is None or "ARROW_DEFAULT_MEMORY_POOL" in os.environ:
+        return {}
+    return {"ARROW_DEFAULT_MEMORY_POOL": pool}
+
+
+def lean_process() -> None:
+    """Set this process up to hold little memory: pandas kept out (:func:`keep_out_pandas`),
+    and pyarrow's allocations from :data:`ARROW_POOL` (when the process was not started with
+    it: :func:`upkeep_environment`)."""
+    keep_out_pandas()
+    pool = _arrow_pool()
+    if pool is not None and pa.default_memory_pool().backend_name != pool:
+        pa.set_memory_pool({"jemalloc": pa.jemalloc_memory_pool, "system": pa.system_memory_pool,
+                            "mimalloc": pa.mimalloc_memory_pool}[pool]())
+
+
 def _serve(maintenance: TableMaintenance, wake: int) -> None:
     """Turn each byte on ``wake`` into a checkpoint request, until its end."""
     while True:
@@ -275,7 +311,7 @@ def _serve(maintenance: TableMaintenance, wake: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     location, history_hours, log_hours = args[0], int(args[1]), int(args[2])
-    keep_out_pandas()
+    lean_process()
     # like the writer, it ends when its input does, not on the signals sent to the broker's group
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -259,8 +259,7 @@ class TableMaintenance:
                                    "isBlindAppend": False,
                                    "operationMetrics": {"numRemovedFiles": str(len(chosen)),
                                                         "numAddedFiles": "1"}}},
-                   {"add": self.table.add_action(new_name, written.stats_rows, data_change=False,
-                                                 now_ms=now_ms, size=written.size)}]
+                   {"add": written.add_action(self.table, new_name, now_ms=now_ms)}]
         actions += [{"remove": {"path": name, "deletionTimestamp": now_ms, "dataChange": False,
                                 "extendedFileMetadata": True, "partitionValues": {}, "size": size}}
                     for name, size in chosen]

@@ -157,8 +157,7 @@ def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime,
                     for batch in read_batches(path, table.schema))
             written = write_batches_synced(kept, table.path / new_name, table.schema, compression="zstd",
                                            keep=table.stats_columns())
-            adds.append(table.add_action(new_name, written.stats_rows, data_change=False, now_ms=now_ms,
-                                         size=written.size))
+            adds.append(written.add_action(table, new_name, now_ms=now_ms))
         removed_rows += dropped
     if not removes:
         return 0
