@@ -13,13 +13,24 @@ Both processes commit to the same table and never conflict: appends remove
 nothing, and every commit is put-if-absent (the loser of a race for a
 version takes the next one, :meth:`AppendOnlyTable.commit_actions`).
 
-Its memory does not grow with the journal: the two questions it asks of the
-whole table -- the lowest live message (the recovery watermark) and which
-messages ended before the history retention's cut-off -- are asked one
-window of message ids at a time (:mod:`lakehouse.journal_windows`), and the
-watermark is not asked again while nothing was committed.  Checkpoints and
-compaction hold one round's files at most (``max_files_per_round``,
-``target_file_size``).
+Its memory does not grow with the journal:
+
+* the two questions it asks of the whole table -- the lowest live message
+  (the recovery watermark) and which messages ended before the history
+  retention's cut-off -- are asked one window of message ids at a time
+  (:mod:`lakehouse.journal_windows`); the watermark's windows are read file
+  by file, row group by row group, with pyarrow (:mod:`lakehouse.journal_keys`),
+  not through DataFusion, whose memory grew with the number of data files;
+* the watermark walks at most ``WATERMARK_WINDOWS`` windows a round, every
+  ``WATERMARK_INTERVAL`` seconds, and goes on at the next round from where it
+  stopped; it is not walked again while nothing was committed;
+* compaction and retention stream the rows they rewrite, a row group at a
+  time (:mod:`lakehouse.file_rewrite`);
+* the process keeps pandas out and takes pyarrow's buffers from jemalloc
+  (:func:`lean_process`, :func:`upkeep_environment`).
+
+A round compacts first, so the queries after it read fewer files.  Each step
+that raises the process's peak resident memory says so in the log.
 
 The writer tells it when a checkpoint is due by writing a byte to its
 standard input; the end of that input (the writer is closing, or gone) makes

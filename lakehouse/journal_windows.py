@@ -31,6 +31,14 @@ ended then has such a row, naming its id or a later one): none while nothing
 ended that long ago.  Its answer, the expired ids, is a sorted ``int64``
 array: 8 bytes per message it removes in that round.
 
+The watermark's windows are read with pyarrow, file by file and row group by
+row group, skipping what the statistics rule out (:mod:`lakehouse.journal_keys`):
+through DataFusion its memory grew with the number of data files.  A round
+walks :data:`WATERMARK_WINDOWS` windows at most (:func:`step_watermark`) and
+the next goes on from there.  Retention's windows are still SQL (DataFusion),
+over one delta-rs handle per question; they find the windows, and the
+highest id that ended before the cut-off, with the key scan too.
+
 Windows of one question may read successive versions of the table (the writer
 keeps committing): a message that ended stays ended (the journal never
 enqueues an id again once every queue has settled it), so each window's
