@@ -75,8 +75,9 @@ PRIORITY = os.environ.get("DELTAMQ_JOURNAL_UPKEEP_PRIORITY", "idle")
 #: seconds between history retention and vacuum rounds (DELTAMQ_JOURNAL_UPKEEP_VACUUM_S)
 VACUUM_INTERVAL = float(os.environ.get("DELTAMQ_JOURNAL_UPKEEP_VACUUM_S", "300"))
 #: seconds between walks of the recovery watermark (DELTAMQ_JOURNAL_UPKEEP_WATERMARK_S); a walk
-#: cut short by WATERMARK_WINDOWS goes on at the next round, whatever the time
-WATERMARK_INTERVAL = float(os.environ.get("DELTAMQ_JOURNAL_UPKEEP_WATERMARK_S", "30"))
+#: cut short by WATERMARK_WINDOWS goes on at the next round, whatever the time.  Each walk takes
+#: CPU from compaction (same thread, idle priority): with 30 s, compaction fell behind under load
+WATERMARK_INTERVAL = float(os.environ.get("DELTAMQ_JOURNAL_UPKEEP_WATERMARK_S", "300"))
 #: where pyarrow's buffers come from in the upkeep process (DELTAMQ_JOURNAL_UPKEEP_ARROW_POOL):
 #: ``jemalloc``, ``system`` or ``default`` (pyarrow's, mimalloc).  A compaction round of 127
 #: files of 500 KB peaked at 232 MiB with mimalloc, 188 with jemalloc, 195 with the system's
