@@ -213,7 +213,7 @@ def live_ids(rows: pa.Table, low: int, high: int) -> npt.NDArray[np.int64]:
     (:meth:`KeyScan.window_rows`)."""
     size = high - low
     event = rows.column("event")
-    queues = pc.dictionary_encode(rows.column("queue")).combine_chunks()
+    queues = pc.dictionary_encode(rows.column("queue").combine_chunks())    # one dictionary for all
     queue = np.asarray(pc.fill_null(queues.indices, -1).to_numpy(zero_copy_only=False), np.int64)
     ids = np.asarray(pc.fill_null(rows.column("message_id"), 0).to_numpy(), np.int64)
     first = rows.column("first_message_id")

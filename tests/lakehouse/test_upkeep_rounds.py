@@ -231,3 +231,17 @@ def test_the_upkeep_process_keeps_pandas_out() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "False"
+
+
+def test_live_ids_match_queues_across_the_files_a_window_read() -> None:
+    from lakehouse.journal_keys import live_ids
+
+    def rows(event: str, queue: str, message_id: int) -> pa.Table:
+        return pa.table({"event": [event], "queue": [queue], "message_id": [message_id],
+                         "first_message_id": pa.array([None], pa.int64())})
+
+    # one table per file read, each with its own queues: "b" is settled in a file without "a"
+    read = pa.concat_tables([rows("enqueue", "a", 5), rows("enqueue", "b", 5), rows("settle", "b", 5),
+                             rows("enqueue", "c", 6), rows("settle", "a", 6)])
+    assert live_ids(read, 0, 10).tolist() == [5, 6]
+    assert live_ids(pa.concat_tables([read, rows("settle", "a", 5), rows("settle", "c", 6)]), 0, 10).tolist() == []
