@@ -110,6 +110,10 @@ class KeyScan:
                     best = int(low)
         return best
 
+    def has_rows_before(self, cutoff: dt.datetime) -> bool:
+        """Whether some row may be dated before ``cutoff`` (from the files' statistics alone)."""
+        return any(file.oldest is None or file.oldest < cutoff for file in self.files)
+
     def highest_ended_before(self, cutoff: dt.datetime) -> int | None:
         """The highest id a ``settle`` or ``queue_deleted`` row dated before ``cutoff`` names
         (None: none): files and row groups whose rows are all newer are skipped."""

@@ -231,17 +231,19 @@ def step_watermark(source: AppendOnlyTable | KeyScan, location: str | Path, *, w
 
 
 def expired_ids(source: Source, cutoff: dt.datetime, *, window: int = WINDOW_IDS,
-                observe: WindowObserver | None = None) -> npt.NDArray[np.int64]:
-    """Ids of messages whose every queue entry ended before ``cutoff`` (UTC), sorted."""
+                observe: WindowObserver | None = None, keys: KeyScan | None = None) -> npt.NDArray[np.int64]:
+    """Ids of messages whose every queue entry ended before ``cutoff`` (UTC), sorted.
+
+    ``keys``: the key scan of the table's version to use (read afresh without it)."""
     stamp = cutoff.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
-    keys = _keys(source)
-    snapshot = _snapshot(source)
+    keys = keys or _keys(source)
     if keys is not None:
         high = keys.highest_ended_before(cutoff.astimezone(dt.timezone.utc))
     else:
-        high = _scalar(snapshot, _EXPIRY_BOUND_SQL.format(stamp=stamp), "high")
+        high = _scalar(_snapshot(source), _EXPIRY_BOUND_SQL.format(stamp=stamp), "high")
     found: list[npt.NDArray[np.int64]] = []
     if high is not None:
+        snapshot = _snapshot(source)          # opened only when a window is to be queried
         sql = _source_sql(snapshot)
         for ids in windows(keys if keys is not None else snapshot, 0, high, window):
             if observe is not None:

@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 
 from .delta_table import AppendOnlyTable
 from .file_rewrite import read_batches, read_columns, write_batches_synced
+from .journal_keys import KeyScan
 from .journal_schema import QUEUE_DELETED
 from .journal_windows import WINDOW_IDS, WindowObserver, expired_ids, sorted_member_mask
 from .log_state import LogState
@@ -80,6 +81,9 @@ def _ranges_ended(keys: pa.Table, drop: pa.Array, expired: npt.NDArray[np.int64]
     inside = np.searchsorted(expired, last, side="right") - np.searchsorted(expired, first, side="left")
     return pc.if_else(ranged, pa.array(inside == last - first + 1), drop)
 
+
+#: what :func:`~lakehouse.producer_rows.superseded_producer_rows` answers, when it is not asked
+_NO_PRODUCER_ROWS = pa.schema([("queue", pa.string()), ("delivery_count", pa.int32()), ("message_id", pa.int64())])
 
 #: the columns that decide whether a row goes (bodies are not read for that)
 _KEY_COLUMNS = ("message_id", "event", "queue", "delivery_count", "first_message_id")
@@ -122,12 +126,6 @@ def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime,
     data change but Delta table is append-only" (``python -m
     bench.delta_maintenance``).
     """
-    expired = expired_ids(table, cutoff, window=window)
-    superseded = superseded_producer_rows(table, cutoff)
-    if not len(expired) and not superseded.num_rows:
-        return 0
-    newest = max(int(expired[-1]) if len(expired) else -1,
-                 pc.max(superseded.column("message_id")).as_py() if superseded.num_rows else -1)
     if state is None:
         state = LogState(table.path)
         state.load()
@@ -135,6 +133,15 @@ def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime,
         state.catch_up()
     table.check(state)
     table.observe(state.version)                       # the appender may be another process
+    keys = KeyScan(table.path, state)
+    expired = expired_ids(table, cutoff, window=window, keys=keys)
+    # no row older than the cut-off (the files' statistics say so): no query at all
+    superseded = (superseded_producer_rows(table, cutoff) if keys.has_rows_before(cutoff)
+                  else _NO_PRODUCER_ROWS.empty_table())
+    if not len(expired) and not superseded.num_rows:
+        return 0
+    newest = max(int(expired[-1]) if len(expired) else -1,
+                 pc.max(superseded.column("message_id")).as_py() if superseded.num_rows else -1)
     removed_rows = 0
     removes: list[dict[str, object]] = []
     adds: list[dict[str, object]] = []

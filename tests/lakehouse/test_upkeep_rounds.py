@@ -245,3 +245,25 @@ def test_live_ids_match_queues_across_the_files_a_window_read() -> None:
                              rows("enqueue", "c", 6), rows("settle", "a", 6)])
     assert live_ids(read, 0, 10).tolist() == [5, 6]
     assert live_ids(pa.concat_tables([read, rows("settle", "a", 5), rows("settle", "c", 6)]), 0, 10).tolist() == []
+
+
+def test_retention_asks_nothing_while_no_row_is_older_than_the_cutoff(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import lakehouse.retention as retention
+
+    # the files' statistics carry the rows' times, as the journal's do
+    table = AppendOnlyTable(tmp_path / "journal", JOURNAL_SCHEMA, stats_column="message_id", time_stats_column="at")
+    table.open()
+    for rows in ([row("enqueue", "q", i, BASE + HOUR) for i in range(1, 6)],
+                 [row("settle", "q", i, BASE + HOUR, outcome="acked") for i in range(1, 6)]):
+        table.append(pa.Table.from_pylist(rows, schema=JOURNAL_SCHEMA))
+    asked: list[dt.datetime] = []
+    real = retention.superseded_producer_rows
+
+    def counted(table_: AppendOnlyTable, cutoff: dt.datetime) -> pa.Table:
+        asked.append(cutoff)
+        return real(table_, cutoff)
+
+    monkeypatch.setattr(retention, "superseded_producer_rows", counted)
+    assert purge_settled_history(table, BASE + HOUR) == 0 and asked == []     # every row is from BASE + HOUR
+    assert purge_settled_history(table, BASE + 2 * HOUR) == 10 and len(asked) == 1
