@@ -7,7 +7,8 @@
 
 ``build`` writes a journal table directly (no broker): ``--messages`` ``enqueue``
 rows of ``--body`` random bytes into one queue, in commits of ``--commit-rows``
-(about the size of the files compaction leaves), then ``settle`` rows for the
+(60,000: about the size of the files compaction leaves; 500: a file per
+commit, as when compaction lags behind the publishers), then ``settle`` rows for the
 first ``--settled`` of them (``--old``: dated 30 days back, so history
 retention removes them).  The journal writer's table properties are used.
 
@@ -17,7 +18,9 @@ messages history retention would remove, a 7-day cut-off), ``checkpoint``,
 ``compact`` (one compaction round) -- in a fresh Python process (``--code``
 first on its ``PYTHONPATH``), and reports each one's peak RSS
 (``getrusage`` ``ru_maxrss``), the peak of a process that only imported the
-same modules and opened the table (``baseline``), and the difference per live
+same modules and opened the table (``baseline``; started and set up as
+the code under test starts its upkeep process: ``upkeep_environment``,
+``lean_process``), and the difference per live
 message.  ``purge`` (retention's rewrite) changes the table: it runs only when
 named with ``--phases``.
 """
@@ -78,10 +81,12 @@ def build(location: str, messages: int, body: int, commit_rows: int, settled: in
 
 def phase(name: str, location: str) -> dict[str, object]:
     """Run one round in this process; its peak RSS."""
+    from lakehouse import journal_upkeep
     from lakehouse.journal_upkeep import JournalMaintenance
     from lakehouse.journal_writer import advance_watermark, journal_table, watermark_path
     from lakehouse.retention import expired_message_ids
 
+    getattr(journal_upkeep, "lean_process", lambda: None)()      # as the upkeep process sets itself up
     table = journal_table(location, 1)
     table.open()
     maintenance = JournalMaintenance(table, history_hours=168, retention_hours=1)
@@ -108,8 +113,21 @@ def phase(name: str, location: str) -> dict[str, object]:
             "cpu_s": round(time.process_time() - cpu, 2), "result": result}
 
 
+#: the environment the code under test starts its upkeep process with (none before it said)
+_UPKEEP_ENVIRONMENT = """
+import json
+try:
+    from lakehouse.journal_upkeep import upkeep_environment
+except ImportError:
+    upkeep_environment = dict
+print(json.dumps(upkeep_environment()))
+"""
+
+
 def measure(location: str, code: str, phases: list[str]) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([code, os.environ.get("PYTHONPATH", "")]))
+    env.update(json.loads(subprocess.run([sys.executable, "-c", _UPKEEP_ENVIRONMENT], env=env, check=True,
+                                         capture_output=True, text=True).stdout.strip().splitlines()[-1]))
     live = None
     results = []
     for name in phases:

@@ -408,6 +408,14 @@ class AppendOnlyTable(LogCommits):
         result = pa.table(reader.read_all())
         return result if result.num_columns else self.schema.empty_table()
 
+    def snapshot(self) -> "TableSnapshot":
+        """One delta-rs handle on the latest version, for several queries (:class:`TableSnapshot`)."""
+        return TableSnapshot(self.delta_table(), self.schema)
+
+    def stats_columns(self) -> list[str]:
+        """The columns whose min/max an ``add`` action's statistics carry."""
+        return [name for name in (self.stats_column, self.time_stats_column) if name is not None]
+
     def read_batches(self, sql: str) -> Iterator[pa.RecordBatch]:
         """As :meth:`read`, batch by batch: a large result is never held whole."""
         for batch in QueryBuilder().register("t", self.delta_table()).execute(sql):
@@ -416,6 +424,30 @@ class AppendOnlyTable(LogCommits):
     def close(self) -> None:
         self._version = -1
         self._handle = None
+
+
+class TableSnapshot:
+    """Queries of one version of a table through one delta-rs handle.
+
+    Each :meth:`AppendOnlyTable.read` opens the table afresh: it reads the
+    log and every live file's statistics again.  A round of the journal's
+    upkeep asks a few dozen questions (one or two per window of message ids):
+    one handle serves them all, and they all see the same version.
+    """
+
+    def __init__(self, handle: DeltaTable, schema: pa.Schema) -> None:
+        self.handle = handle
+        self.schema = schema
+        self._queries = QueryBuilder().register("t", handle)
+
+    @property
+    def version(self) -> int:
+        return int(self.handle.version())
+
+    def read(self, sql: str) -> pa.Table:
+        """Run ``sql`` over this version (the table is named ``t``) and return the result."""
+        result = pa.table(self._queries.execute(sql).read_all())
+        return result if result.num_columns else self.schema.empty_table()
 
 
 def table_files(location: Location, storage_options: dict[str, str] | None = None) -> int:

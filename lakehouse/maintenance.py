@@ -17,8 +17,10 @@ so publishing never waits for it:
   ``compact_min_files`` files under ``small_file_size`` (one per commit) have
   piled up, they are rewritten as one; once ``merge_min_files`` such
   compacted files are there, they are merged, up to ``target_file_size``.
-  At most ``max_files_per_round`` files a round, and the new file is
-  written and fdatasync'ed a row group at a time (:func:`write_synced`).
+  At most ``max_files_per_round`` files a round.  The rows are streamed
+  from the old files to the new one a row group at a time, each
+  fdatasync'ed as it is written (:mod:`lakehouse.file_rewrite`): a round
+  holds one row group, not the files it merges.
   Each swap is one commit whose ``remove`` and ``add`` actions carry
   ``dataChange=false``.  Delta Spark's streaming source skips such commits,
   so a stream reading the journal sees every row exactly once, before and
@@ -80,14 +82,14 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .delta_table import AppendOnlyTable, table_files
+from .file_rewrite import read_batches, write_batches_synced
 from .log_state import LogState, read_last_checkpoint
 from .table_features import UnsupportedTable
 from .version_checksum import checksum_file
 
-__all__ = ["TableMaintenance", "prune_checksum_files", "table_files", "write_synced"]
+__all__ = ["TableMaintenance", "prune_checksum_files", "table_files"]
 
 log = logging.getLogger(__name__)
 
@@ -246,16 +248,18 @@ class TableMaintenance:
         if len(chosen) < 2:
             return 0
         path = self.table.path
-        rows = pa.concat_tables(_read_as(path / unquote(name), self.table.schema) for name, _ in chosen)
         new_name = f"part-{uuid.uuid4()}-c000.zstd.parquet"
-        write_synced(rows, path / new_name, compression="zstd")
+        schema = self.table.schema
+        batches = (batch for name, _ in chosen for batch in read_batches(path / unquote(name), schema))
+        written = write_batches_synced(batches, path / new_name, schema, compression="zstd",
+                                       keep=self.table.stats_columns())
         now_ms = int(time.time() * 1000)
         actions = [{"commitInfo": {"timestamp": now_ms, "operation": "OPTIMIZE",
                                    "operationParameters": {"targetSize": str(self.target_file_size)},
                                    "isBlindAppend": False,
                                    "operationMetrics": {"numRemovedFiles": str(len(chosen)),
                                                         "numAddedFiles": "1"}}},
-                   {"add": self.table.add_action(new_name, rows, data_change=False, now_ms=now_ms)}]
+                   {"add": written.add_action(self.table, new_name, now_ms=now_ms)}]
         actions += [{"remove": {"path": name, "deletionTimestamp": now_ms, "dataChange": False,
                                 "extendedFileMetadata": True, "partitionValues": {}, "size": size}}
                     for name, size in chosen]
@@ -263,7 +267,7 @@ class TableMaintenance:
         state.catch_up()
         self.compactions += 1
         self.files_compacted += len(chosen)
-        log.debug("compacted %d files (%d rows) of %s", len(chosen), rows.num_rows, path)
+        log.debug("compacted %d files (%d rows) of %s", len(chosen), written.rows, path)
         return len(chosen)
 
     def _compact_remote(self) -> int:
@@ -325,16 +329,6 @@ class TableMaintenance:
         return deleted
 
 
-def _read_as(path: Path, schema: pa.Schema) -> pa.Table:
-    """A data file's rows in ``schema``: the columns a later schema added (a metadata-only
-    ADD COLUMN) are null in the rows of files written before."""
-    rows = pq.ParquetFile(path).read(use_threads=False)
-    for field in schema:
-        if field.name not in rows.column_names:
-            rows = rows.append_column(field.name, pa.nulls(rows.num_rows, field.type))
-    return rows.select(schema.names).cast(schema)
-
-
 def prune_checksum_files(log_dir: Path) -> int:
     """Delete the checksum files of versions before the last checkpoint; how many.
 
@@ -353,27 +347,3 @@ def prune_checksum_files(log_dir: Path) -> int:
                 os.unlink(entry.path)
                 removed += 1
     return removed
-
-
-#: rows per row group (and per fdatasync) of a compacted file
-SYNC_ROWS = 16_384
-
-
-def write_synced(rows: pa.Table, target: Path, *, compression: str) -> None:
-    """Write ``rows`` as Parquet at ``target``, durable when this returns.
-
-    The file goes to disk a row group at a time (``fdatasync`` after each),
-    never as one large flush: on ext4 (``data=ordered``) a commit's small
-    fsync that lands while many megabytes of another file are being written
-    back waits for all of them, and the appender's commits are what
-    publishers' confirms wait for.
-    """
-    with open(target, "wb") as sink:
-        with pq.ParquetWriter(sink, rows.schema, compression=compression) as writer:
-            for start in range(0, rows.num_rows, SYNC_ROWS):
-                writer.write_table(rows.slice(start, SYNC_ROWS), row_group_size=SYNC_ROWS)
-                sink.flush()
-                os.fdatasync(sink.fileno())
-        sink.flush()
-        os.fsync(sink.fileno())
-

@@ -30,16 +30,17 @@ import json
 import logging
 import time
 import uuid
-
+from pathlib import Path
 from urllib.parse import unquote
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from .delta_table import AppendOnlyTable, fsync_path
+from .delta_table import AppendOnlyTable
+from .file_rewrite import read_batches, read_columns, write_batches_synced
+from .journal_keys import KeyScan
 from .journal_schema import QUEUE_DELETED
 from .journal_windows import WINDOW_IDS, WindowObserver, expired_ids, sorted_member_mask
 from .log_state import LogState
@@ -49,8 +50,9 @@ __all__ = ["purge_settled_history", "expired_message_ids"]
 
 log = logging.getLogger(__name__)
 
-#: rows about queues and producers, not messages: retention keeps them
-_MARKERS = pa.array([QUEUE_DELETED, PRODUCER_SEQUENCE])
+#: rows about queues and producers, not messages: retention keeps them (built when used: an
+#: array built from Python objects makes pyarrow import pandas, which the upkeep process keeps out)
+_MARKERS = (QUEUE_DELETED, PRODUCER_SEQUENCE)
 
 
 def expired_message_ids(table: AppendOnlyTable, cutoff: dt.datetime, *, window: int = WINDOW_IDS,
@@ -80,6 +82,36 @@ def _ranges_ended(keys: pa.Table, drop: pa.Array, expired: npt.NDArray[np.int64]
     return pc.if_else(ranged, pa.array(inside == last - first + 1), drop)
 
 
+#: what :func:`~lakehouse.producer_rows.superseded_producer_rows` answers, when it is not asked
+_NO_PRODUCER_ROWS = pa.schema([("queue", pa.string()), ("delivery_count", pa.int32()), ("message_id", pa.int64())])
+
+#: the columns that decide whether a row goes (bodies are not read for that)
+_KEY_COLUMNS = ("message_id", "event", "queue", "delivery_count", "first_message_id")
+
+
+def _drop_mask(keys: pa.Table, expired: npt.NDArray[np.int64], superseded: pa.Table) -> pa.Array:
+    """Which of the rows (``keys``: at least their :data:`_KEY_COLUMNS`) retention removes."""
+    # queue_deleted markers stay: they are what keeps a deleted queue's messages away;
+    # producer sequences too, each producer's highest: it is what keeps a replayed batch out
+    drop = pc.and_(sorted_member_mask(keys.column("message_id"), expired),
+                   pc.invert(pc.is_in(keys.column("event"), value_set=pa.array(_MARKERS, pa.string()))))
+    if "first_message_id" in keys.column_names:
+        drop = _ranges_ended(keys, drop, expired)
+    if superseded.num_rows:
+        drop = pc.or_(drop, superseded_mask(keys, superseded))
+    return pc.fill_null(drop, False)
+
+
+def _rows_dropped(path: Path, expired: npt.NDArray[np.int64], superseded: pa.Table) -> tuple[int, int]:
+    """(rows of the data file at ``path`` retention removes, rows it has): its key columns
+    read a batch at a time, no bodies (most files have nothing to drop)."""
+    dropped = total = 0
+    for batch in read_columns(path, _KEY_COLUMNS):
+        dropped += pc.sum(_drop_mask(pa.Table.from_batches([batch]), expired, superseded)).as_py() or 0
+        total += batch.num_rows
+    return dropped, total
+
+
 def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime,
                           state: LogState | None = None, *, window: int = WINDOW_IDS) -> int:
     """Remove every row of messages that ended before ``cutoff``; the number of rows removed.
@@ -94,12 +126,6 @@ def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime,
     data change but Delta table is append-only" (``python -m
     bench.delta_maintenance``).
     """
-    expired = expired_ids(table, cutoff, window=window)
-    superseded = superseded_producer_rows(table, cutoff)
-    if not len(expired) and not superseded.num_rows:
-        return 0
-    newest = max(int(expired[-1]) if len(expired) else -1,
-                 pc.max(superseded.column("message_id")).as_py() if superseded.num_rows else -1)
     if state is None:
         state = LogState(table.path)
         state.load()
@@ -107,6 +133,15 @@ def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime,
         state.catch_up()
     table.check(state)
     table.observe(state.version)                       # the appender may be another process
+    keys = KeyScan(table.path, state)
+    expired = expired_ids(table, cutoff, window=window, keys=keys)
+    # no row older than the cut-off (the files' statistics say so): no query at all
+    superseded = (superseded_producer_rows(table, cutoff) if keys.has_rows_before(cutoff)
+                  else _NO_PRODUCER_ROWS.empty_table())
+    if not len(expired) and not superseded.num_rows:
+        return 0
+    newest = max(int(expired[-1]) if len(expired) else -1,
+                 pc.max(superseded.column("message_id")).as_py() if superseded.num_rows else -1)
     removed_rows = 0
     removes: list[dict[str, object]] = []
     adds: list[dict[str, object]] = []
@@ -117,27 +152,19 @@ def purge_settled_history(table: AppendOnlyTable, cutoff: dt.datetime,
         if low is not None and low > newest:
             continue                                   # only younger messages in this file
         path = table.path / unquote(name)
-        wanted = ["message_id", "event", "queue", "delivery_count", "first_message_id"]
-        keys = pq.read_table(path, columns=[c for c in wanted if c in pq.read_schema(path).names])
-        # queue_deleted markers stay: they are what keeps a deleted queue's messages away;
-        # producer sequences too, each producer's highest: it is what keeps a replayed batch out
-        drop = pc.and_(sorted_member_mask(keys.column("message_id"), expired),
-                       pc.invert(pc.is_in(keys.column("event"), value_set=_MARKERS)))
-        if "first_message_id" in keys.column_names:
-            drop = _ranges_ended(keys, drop, expired)
-        if superseded.num_rows:
-            drop = pc.or_(drop, superseded_mask(keys, superseded))
-        dropped = pc.sum(drop).as_py() or 0
+        dropped, total = _rows_dropped(path, expired, superseded)
         if not dropped:
             continue
-        rows = pq.read_table(path, schema=table.schema).filter(pc.invert(drop))
         removes.append({"path": name, "deletionTimestamp": now_ms, "dataChange": False,
                         "extendedFileMetadata": True, "partitionValues": {}, "size": size})
-        if rows.num_rows:
+        if dropped < total:
+            # the survivors, streamed a batch at a time into the new file (lakehouse.file_rewrite)
             new_name = f"part-{uuid.uuid4()}-c000.zstd.parquet"
-            pq.write_table(rows, table.path / new_name, compression="zstd")
-            fsync_path(table.path / new_name)
-            adds.append(table.add_action(new_name, rows, data_change=False, now_ms=now_ms))
+            kept = (batch.filter(pc.invert(_drop_mask(pa.Table.from_batches([batch]), expired, superseded)))
+                    for batch in read_batches(path, table.schema))
+            written = write_batches_synced(kept, table.path / new_name, table.schema, compression="zstd",
+                                           keep=table.stats_columns())
+            adds.append(written.add_action(table, new_name, now_ms=now_ms))
         removed_rows += dropped
     if not removes:
         return 0

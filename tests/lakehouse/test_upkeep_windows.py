@@ -214,11 +214,11 @@ def test_the_upkeep_skips_the_watermark_while_nothing_is_committed(tmp_path: Pat
     table = journal(tmp_path, [[row("enqueue", "q", i, BASE) for i in range(1, 6)],
                                [row("settle", "q", 1, BASE, outcome="acked")]])
     upkeep = JournalMaintenance(table, history_hours=10_000, retention_hours=1)
-    upkeep.vacuum()
-    upkeep.vacuum()
+    upkeep.advance_watermark()
+    upkeep.advance_watermark()
     assert upkeep.watermark_rounds == 1 and read_watermark(table.uri) == 2
     table.append(pa.Table.from_pylist([row("settle", "q", 2, BASE, outcome="acked")], schema=JOURNAL_SCHEMA))
-    upkeep.vacuum()
+    upkeep.advance_watermark()
     assert upkeep.watermark_rounds == 2 and read_watermark(table.uri) == 3
 
 
