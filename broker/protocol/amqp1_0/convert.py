@@ -255,8 +255,11 @@ def header_from_view(view: MessageProperties, *, delivery_count: int = 0,
 
 def _id_to_1_0(text: str | None, header: str, headers: dict[str, Any]) -> Any:
     if text is None:
-        fallback = headers.pop(header, None)
-        return fallback if isinstance(fallback, (str, bytes)) else None
+        fallback = headers.get(header)
+        if isinstance(fallback, (str, bytes)):      # an id kept there: it becomes the id again
+            del headers[header]
+            return fallback
+        return None                                 # (any other value stays a header)
     if text.startswith(_URN):
         try:
             return uuid.UUID(text[len(_URN):])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from broker.messaging.message import Message, MessageProperties
 from broker.protocol.amqp0_9_1.properties import FORMAT as FORMAT_0_9_1, decode_properties, encode_properties
@@ -65,6 +65,8 @@ simple = st.one_of(st.none(), st.booleans(), st.integers(-(2 ** 63), 2 ** 63 - 1
 
 @settings(max_examples=100, deadline=None)
 @given(st.dictionaries(st.text(min_size=1, max_size=30).filter(lambda k: k != "CC"), simple, max_size=8))
+@example({"x-message-id": None}).via("found: a header that cannot be an id was dropped")
+@example({"x-correlation-id": 7}).via("found: a header that cannot be an id was dropped")
 def test_simple_0_9_1_headers_survive_1_0_and_back(headers: dict[str, Any]) -> None:
     native = encode_properties(MessageProperties(headers=headers or None))
     original = Message(exchange="", routing_key="q", body=b"b", native=native, format=FORMAT_0_9_1, arrival=0.0)
