@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING
 from broker.messaging.paged_storage import head_landing
 
 if TYPE_CHECKING:
-    from broker.messaging.paged_storage import PageWait
     from broker.messaging.message import Message
+    from broker.messaging.paged_storage import PageWait
     from broker.messaging.queue import Queue
     from broker.messaging.queue_entry import QueueEntry
     from broker.messaging.selectors import Selector
@@ -112,7 +112,7 @@ class QueueBrowser:
         """The head's read landed (or failed, or the queue went): send from it, then answer a drain."""
         self._landing = None
         link = self.link
-        if link.cancelled:
+        if link.cancelled or not link.connection.is_open:
             return
         self.browse()
         if link.drain and link.credit > 0:
