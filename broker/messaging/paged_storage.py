@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from broker.messaging.journal import Durability
 
 __all__ = ["Lane", "PageState", "PageWait", "PagedStorage", "WINDOW", "PAGE_CHUNK", "SPILL_CHUNK",
-           "RETRY_SECONDS"]
+           "RETRY_SECONDS", "head_landing"]
 
 log = logging.getLogger("broker.messaging.paged_queue")
 
@@ -80,6 +80,11 @@ class PageWait:
             callback()
         else:
             self._callbacks.append(callback)
+
+    def forget(self, callback: Callable[[], None]) -> None:
+        """``callback`` is no longer wanted (its waiter went away before the read landed)."""
+        if callback in self._callbacks:
+            self._callbacks.remove(callback)
 
     def finish(self) -> None:
         self.done = True
@@ -232,16 +237,27 @@ class PagedStorage(Queue):
     @property
     def held_until(self) -> Durability | None:
         """Also the read in flight when the head is on disk (basic.get answers once it has landed)."""
+        wait = self.head_landing()
+        return wait if wait is not None else super().held_until
+
+    def head_landing(self) -> PageWait | None:
+        """The read back of the head in flight when nothing of it is in memory (started if need be).
+
+        None when the head is in memory (or was read at once).  The wait is
+        done once the window has landed, the read failed (its ``error``) or the
+        queue was purged or deleted.
+        """
         state = self._pages
         lane = self._head_on_disk()
-        if lane is not None:
-            if not state.reading:
-                self._page_in(lane)
-            if self._pages is state and self._head_on_disk() is not None and state.reading:
-                if state.wait is None:
-                    state.wait = PageWait()
-                return state.wait
-        return super().held_until
+        if lane is None:
+            return None
+        if not state.reading:
+            self._page_in(lane)
+        if self._pages is state and self._head_on_disk() is not None and state.reading:
+            if state.wait is None:
+                state.wait = PageWait()
+            return state.wait
+        return None
 
     def restore_paged(self, ids: Sequence[int], sizes: Sequence[int], priorities: Sequence[int] | None = None
                       ) -> None:
@@ -654,3 +670,8 @@ class PagedStorage(Queue):
         if lane is not None:
             self._page_in(lane)
         return Queue.run_due(self, now)
+
+
+def head_landing(queue: Queue) -> PageWait | None:
+    """The read back of ``queue``'s head in flight (:meth:`PagedStorage.head_landing`); None: none."""
+    return queue.head_landing() if isinstance(queue, PagedStorage) else None

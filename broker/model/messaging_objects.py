@@ -28,6 +28,7 @@ from broker.model.config_store import BackgroundStore, ConfigurationRecord, Dura
     LoopTicket
 from broker.model.configured_object import ConfiguredObject, State
 from broker.model.operations import operation
+from broker.model.paged_head import head_read_back
 from broker.messaging.selectors import SelectorError, compile_selector
 from broker.model.runtime import RuntimeObject
 
@@ -359,10 +360,11 @@ class Queue(NamespaceObject):
                last=attribute(int, default=-1, description="Last position (-1: the tail)"),
                include_headers=attribute(bool, default=False,
                                          description="Include application headers"))
-    def get_message_info(self, first: int, last: int, include_headers: bool) -> list[dict[str, Any]]:
+    async def get_message_info(self, first: int, last: int, include_headers: bool) -> list[dict[str, Any]]:
         from broker.model.message_views import message_info
 
         live: LiveQueue = self.live_object
+        await head_read_back(live)
         entries = live.browse(limit=last + 1 if last >= 0 else None)
         start = max(first, 0)
         return [message_info(entry, self.namespace.clock, include_headers)
@@ -375,11 +377,12 @@ class Queue(NamespaceObject):
                limit=attribute(int, default=-1, description="At most this many bytes (-1: all)"),
                return_json=attribute(bool, default=False,
                                      description="Answer the body parsed as JSON"))
-    def get_message_content(self, message_id: int, limit: int,
-                            return_json: bool) -> Content | Any:
+    async def get_message_content(self, message_id: int, limit: int,
+                                  return_json: bool) -> Content | Any:
         from broker.model.message_views import message_content
 
         live: LiveQueue = self.live_object
+        await head_read_back(live)
         found = live.browse(_numbered([message_id]), limit=1)
         if not found:
             raise NotFound(f"no message {message_id} in {self.label}")

@@ -16,7 +16,11 @@ looks at the queue whenever the client gives credit (a ``flow``, and a
 ``drain`` -- Qpid JMS's way of asking whether there is more -- ends the
 look with the credit the queue could not fill used up) and whenever output
 may flow again.  A message arriving while the link still holds credit is
-sent at the client's next flow.
+sent at the client's next flow.  A paged queue whose head is entirely on
+disk (flow to disk) is read back as the browser looks: while the link holds
+credit the look waits for that window to land, sends from it, and only then
+answers a drain (the wait is the queue's own, not a consumer's, and a link
+that goes away meanwhile forgets it).
 
 Deliveries go out as any other (settled when the link's sender settle mode
 is ``settled``); the client's disposition of a copy changes nothing in the
@@ -30,8 +34,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from broker.messaging.paged_storage import head_landing
+
 if TYPE_CHECKING:
     from broker.messaging.message import Message
+    from broker.messaging.paged_storage import PageWait
     from broker.messaging.queue import Queue
     from broker.messaging.queue_entry import QueueEntry
     from broker.messaging.selectors import Selector
@@ -57,6 +64,8 @@ class QueueBrowser:
         self.selector = selector
         #: the messages sent, by identity (kept, so an id is not reused while it is here)
         self._sent: dict[int, Message] = {}
+        #: the read back of the queue's head this browser waits for (None: none)
+        self._landing: PageWait | None = None
 
     def _selects(self, entry: QueueEntry) -> bool:
         selector = self.selector
@@ -82,6 +91,38 @@ class QueueBrowser:
             link.deliver(entry)
             still[key] = message
         self._sent = still                      # what left the queue is forgotten
+
+    @property
+    def awaiting(self) -> bool:
+        """The look goes on once the queue's head is read back from disk (a drain waits for it)."""
+        return self._landing is not None
+
+    def look(self) -> None:
+        """The client gave credit: send what it allows, and wait for a head on disk while credit is left."""
+        self.browse()
+        link = self.link
+        if self._landing is not None or link.credit <= 0 or link.cancelled or self.queue.deleted:
+            return
+        landing = head_landing(self.queue)
+        if landing is not None:
+            self._landing = landing
+            landing.when_durable(self._landed)
+
+    def _landed(self) -> None:
+        """The head's read landed (or failed, or the queue went): send from it, then answer a drain."""
+        self._landing = None
+        link = self.link
+        if link.cancelled or not link.connection.is_open:
+            return
+        self.browse()
+        if link.drain and link.credit > 0:
+            link.end_drain()
+
+    def stop(self) -> None:
+        """The link goes: its wait for the queue's head is forgotten."""
+        landing, self._landing = self._landing, None
+        if landing is not None:
+            landing.forget(self._landed)
 
     def dispatch(self) -> None:
         """The connection's scheduled dispatch (output may flow again)."""

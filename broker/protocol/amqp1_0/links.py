@@ -614,16 +614,21 @@ class SendingLink(DeliveryFaults, LinkEndpoint10):
         self.drain = flow.drain
         self.fill()
         if self.drain and self.credit > 0:
-            self.delivery_count = (self.delivery_count + self.credit) & 0xFFFFFFFF
-            self.credit = 0
-            self.send_flow(drain=True)
+            if self.browser is None or not self.browser.awaiting:   # (else answered once the head lands)
+                self.end_drain()
         elif flow.echo:
             self.send_flow()
+
+    def end_drain(self) -> None:
+        """A drain ends: the credit the queue could not fill is used up."""
+        self.delivery_count = (self.delivery_count + self.credit) & 0xFFFFFFFF
+        self.credit = 0
+        self.send_flow(drain=True)
 
     def fill(self) -> None:
         """Use the credit the peer gave: deliver what the queue holds (before a drain ends it)."""
         if self.browser is not None:
-            self.browser.browse()
+            self.browser.look()
         elif self.queue is not None and not self.cancelled:
             self.queue.dispatch()
 
@@ -660,6 +665,8 @@ class SendingLink(DeliveryFaults, LinkEndpoint10):
             self.cancelled = True
             if self.queue is not None and self.browser is None:
                 self.queue.remove_consumer(self)
+            elif self.browser is not None:
+                self.browser.stop()
         if self.model is not None:
             self.model.unregister()
             self.model = None
