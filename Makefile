@@ -25,10 +25,12 @@ typecheck: $(STAMP)
 # pytest exits 5 when it collects no tests: that must fail, never pass silently.
 # tools/ensure-browser installs Chromium and playwright-core for the web console's
 # browser test (DELTAMQ_SKIP_BROWSER=1 skips both); tools/ensure-amqp1-clients fetches rhea
-# and Qpid JMS for the AMQP 1.0 client tests (DELTAMQ_SKIP_AMQP1_CLIENTS=1 skips it).
+# and Qpid JMS for the AMQP 1.0 client tests (DELTAMQ_SKIP_AMQP1_CLIENTS=1 skips it);
+# tools/ensure-compose installs Docker Compose for the docker-compose.yml checks.
 test: $(STAMP) typecheck
 	bash tools/ensure-browser
 	bash tools/ensure-amqp1-clients
+	bash tools/ensure-compose
 	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
