@@ -230,7 +230,8 @@ def emit_decoder(td: TypeDef, types: dict[str, TypeDef]) -> list[str]:
     out = ["", "", f"def {fn}(b: Buffer, o: int, end: int, depth: int) -> tuple[{cls}, int]:"]
     if td.klass != "composite":
         base = resolve(types, td.source)
-        reader = {"binary": "field_binary(b, o, end", "map": "field_map(b, o, end, depth",
+        reader = {"binary": "field_binary(b, o, end",
+                  "map": ("field_fields" if symbol_keyed(types, td.source) else "field_map") + "(b, o, end, depth",
                   "list": "field_list(b, o, end, depth", "*": "field_any(b, o, end, depth"}[base]
         out.append(f"    value, o = {reader}, {td.name!r})")
         if base != "*":
@@ -254,7 +255,8 @@ def emit_decoder(td: TypeDef, types: dict[str, TypeDef]) -> list[str]:
         if k in SCALARS:
             call = f"field_{k}(b, o, e, {what!r})"
         elif k == "map":
-            call = f"field_map(b, o, e, depth, {what!r})"
+            reader = "field_fields" if symbol_keyed(types, f.type) else "field_map"
+            call = f"{reader}(b, o, e, depth, {what!r})"
         elif k == "symbols":
             call = f"field_symbols(b, o, e, depth, {what!r})"
         else:
@@ -352,7 +354,7 @@ from typing import Any, ClassVar, Final
 from .composite import (Composite, DeliveryState, LifetimePolicy, Outcome, Performative, SaslFrame,
                         Section, new, register, slot_setters)
 from .decoding import (Buffer, composite_list, field_any, field_binary, field_boolean, field_list,
-                       field_map, field_string, field_symbol, field_symbols, field_timestamp,
+                       field_fields, field_map, field_string, field_symbol, field_symbols, field_timestamp,
                        field_ubyte, field_uint, field_ulong, field_ushort, list_mismatch, mandatory,
                        skip_values, unpack_uint, wrong_value)
 from .encoding import (NULL, composite_bytes, enc_binary, enc_boolean, enc_fields, enc_list, enc_map,

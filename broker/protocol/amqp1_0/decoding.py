@@ -523,6 +523,16 @@ field_map = _compound_field((0xc1, 0xd1), "map")
 field_list = _compound_field((0x45, 0xc0, 0xd0), "list")
 
 
+def field_fields(b: Buffer, o: int, end: int, depth: int, what: str) -> tuple[Any, int]:
+    """A map whose keys are symbols by the spec (fields, annotations, filter-set): a string
+    key a peer sent instead is read as the symbol, which is what the encoder writes back
+    (:func:`.encoding.enc_fields`), so the value is the same after a round trip."""
+    value, o = field_map(b, o, end, depth, what)
+    if value and any(type(key) is str for key in value):
+        value = {Symbol(key) if type(key) is str else key: item for key, item in value.items()}
+    return value, o
+
+
 def field_any(b: Buffer, o: int, end: int, depth: int, what: str) -> tuple[Any, int]:
     if o >= end:
         raise short(b, o, 1, end, what)

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Final
 from .composite import (Composite, DeliveryState, LifetimePolicy, Outcome, Performative, SaslFrame,
                         Section, new, register, slot_setters)
 from .decoding import (Buffer, composite_list, field_any, field_binary, field_boolean, field_list,
-                       field_map, field_string, field_symbol, field_symbols, field_timestamp,
+                       field_fields, field_map, field_string, field_symbol, field_symbols, field_timestamp,
                        field_ubyte, field_uint, field_ulong, field_ushort, list_mismatch, mandatory,
                        skip_values, unpack_uint, wrong_value)
 from .encoding import (NULL, composite_bytes, enc_binary, enc_boolean, enc_fields, enc_list, enc_map,
@@ -783,7 +783,7 @@ def _decode_open(b: Buffer, o: int, end: int, depth: int) -> tuple[Open, int]:
     if count > 8:
         desired_capabilities, o = field_symbols(b, o, e, depth, 'open.desired-capabilities')
     if count > 9:
-        properties, o = field_map(b, o, e, depth, 'open.properties')
+        properties, o = field_fields(b, o, e, depth, 'open.properties')
     if count > 10:
         o = skip_values(b, o, e, count - 10, 'open')
     if o != e:
@@ -885,7 +885,7 @@ def _decode_begin(b: Buffer, o: int, end: int, depth: int) -> tuple[Begin, int]:
     if count > 6:
         desired_capabilities, o = field_symbols(b, o, e, depth, 'begin.desired-capabilities')
     if count > 7:
-        properties, o = field_map(b, o, e, depth, 'begin.properties')
+        properties, o = field_fields(b, o, e, depth, 'begin.properties')
     if count > 8:
         o = skip_values(b, o, e, count - 8, 'begin')
     if o != e:
@@ -999,7 +999,7 @@ def _decode_attach(b: Buffer, o: int, end: int, depth: int) -> tuple[Attach, int
     if count > 12:
         desired_capabilities, o = field_symbols(b, o, e, depth, 'attach.desired-capabilities')
     if count > 13:
-        properties, o = field_map(b, o, e, depth, 'attach.properties')
+        properties, o = field_fields(b, o, e, depth, 'attach.properties')
     if count > 14:
         o = skip_values(b, o, e, count - 14, 'attach')
     if o != e:
@@ -1168,7 +1168,7 @@ def _decode_flow(b: Buffer, o: int, end: int, depth: int) -> tuple[Flow, int]:
         else:
             echo, o = field_boolean(b, o, e, 'flow.echo')
     if count > 10:
-        properties, o = field_map(b, o, e, depth, 'flow.properties')
+        properties, o = field_fields(b, o, e, depth, 'flow.properties')
     if count > 11:
         o = skip_values(b, o, e, count - 11, 'flow')
     if o != e:
@@ -1573,7 +1573,7 @@ def _decode_error(b: Buffer, o: int, end: int, depth: int) -> tuple[Error, int]:
     if count > 1:
         description, o = field_string(b, o, e, 'error.description')
     if count > 2:
-        info, o = field_map(b, o, e, depth, 'error.info')
+        info, o = field_fields(b, o, e, depth, 'error.info')
     if count > 3:
         o = skip_values(b, o, e, count - 3, 'error')
     if o != e:
@@ -1678,7 +1678,7 @@ def _encode_header(m: Header) -> bytes:
 
 
 def _decode_delivery_annotations(b: Buffer, o: int, end: int, depth: int) -> tuple[DeliveryAnnotations, int]:
-    value, o = field_map(b, o, end, depth, 'delivery-annotations')
+    value, o = field_fields(b, o, end, depth, 'delivery-annotations')
     if value is None:
         raise DecodeError('delivery-annotations section: null where a map is required', o)
     return DeliveryAnnotations(value), o
@@ -1689,7 +1689,7 @@ def _encode_delivery_annotations(m: DeliveryAnnotations) -> bytes:
 
 
 def _decode_message_annotations(b: Buffer, o: int, end: int, depth: int) -> tuple[MessageAnnotations, int]:
-    value, o = field_map(b, o, end, depth, 'message-annotations')
+    value, o = field_fields(b, o, end, depth, 'message-annotations')
     if value is None:
         raise DecodeError('message-annotations section: null where a map is required', o)
     return MessageAnnotations(value), o
@@ -1839,7 +1839,7 @@ def _encode_amqp_value(m: AmqpValue) -> bytes:
 
 
 def _decode_footer(b: Buffer, o: int, end: int, depth: int) -> tuple[Footer, int]:
-    value, o = field_map(b, o, end, depth, 'footer')
+    value, o = field_fields(b, o, end, depth, 'footer')
     if value is None:
         raise DecodeError('footer section: null where a map is required', o)
     return Footer(value), o
@@ -1978,7 +1978,7 @@ def _decode_modified(b: Buffer, o: int, end: int, depth: int) -> tuple[Modified,
         else:
             undeliverable_here, o = field_boolean(b, o, e, 'modified.undeliverable-here')
     if count > 2:
-        message_annotations, o = field_map(b, o, e, depth, 'modified.message-annotations')
+        message_annotations, o = field_fields(b, o, e, depth, 'modified.message-annotations')
     if count > 3:
         o = skip_values(b, o, e, count - 3, 'modified')
     if o != e:
@@ -2049,11 +2049,11 @@ def _decode_source(b: Buffer, o: int, end: int, depth: int) -> tuple[Source, int
         else:
             dynamic, o = field_boolean(b, o, e, 'source.dynamic')
     if count > 5:
-        dynamic_node_properties, o = field_map(b, o, e, depth, 'source.dynamic-node-properties')
+        dynamic_node_properties, o = field_fields(b, o, e, depth, 'source.dynamic-node-properties')
     if count > 6:
         distribution_mode, o = field_symbol(b, o, e, 'source.distribution-mode')
     if count > 7:
-        filter, o = field_map(b, o, e, depth, 'source.filter')
+        filter, o = field_fields(b, o, e, depth, 'source.filter')
     if count > 8:
         default_outcome, o = field_any(b, o, e, depth, 'source.default-outcome')
     if count > 9:
@@ -2150,7 +2150,7 @@ def _decode_target(b: Buffer, o: int, end: int, depth: int) -> tuple[Target, int
         else:
             dynamic, o = field_boolean(b, o, e, 'target.dynamic')
     if count > 5:
-        dynamic_node_properties, o = field_map(b, o, e, depth, 'target.dynamic-node-properties')
+        dynamic_node_properties, o = field_fields(b, o, e, depth, 'target.dynamic-node-properties')
     if count > 6:
         capabilities, o = field_symbols(b, o, e, depth, 'target.capabilities')
     if count > 7:
