@@ -51,19 +51,13 @@ def _quantile(values: list[float], fraction: float) -> float:
 def run(rate: float, seconds: float, directory: Path) -> dict[str, Any]:
     from broker.protocol.amqp1_0.definitions import Accepted, Disposition, Transfer
     from broker.protocol.amqp1_0.framing import encode_frame
-    from lakehouse.journal import DeltaMessageJournal
+    from bench.journal_clients import journaled_host, opened
     from tests.unit.protocol.amqp1_0.engine_client import Client10, message_payload
 
-    sender = Client10()
-    namespace = sender.host.namespace
-    journal = DeltaMessageJournal(directory / "journal", "v")
-    journal.open()
-    namespace.journal = journal
-    namespace.declare_queue("q", durable=True)
+    sender, journal = journaled_host(directory / "journal")
     receiver = Client10(sender.host)
     for client in (sender, receiver):
-        client.handshake()
-        client.begin(incoming_window=1 << 20)
+        opened(client)
     sender.attach_sender("q", handle=0, name="d")
     receiver.attach_receiver("q", handle=1)
     receiver.credit(1, 1 << 20, incoming_window=1 << 20)

@@ -45,18 +45,10 @@ if str(REPO) not in sys.path:
 
 def groups(directory: Path, count: int, messages: int) -> list[bytes]:
     """``count`` pickled groups of ``messages`` enqueues (real 1.0 messages) and as many settlements."""
-    from lakehouse.journal import DeltaMessageJournal
-    from tests.unit.protocol.amqp1_0.engine_client import Client10, message_payload
+    from bench.journal_clients import durable_sender
+    from tests.unit.protocol.amqp1_0.engine_client import message_payload
 
-    sender = Client10()
-    namespace = sender.host.namespace
-    journal = DeltaMessageJournal(directory / "source", "v")
-    journal.open()
-    namespace.journal = journal
-    namespace.declare_queue("q", durable=True)
-    sender.handshake()
-    sender.begin(incoming_window=1 << 20)
-    sender.attach_sender("q", handle=0, name="d")
+    sender, journal = durable_sender(directory / "source")
     sent = 0
     payloads = []
     for _ in range(count):

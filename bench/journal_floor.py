@@ -48,18 +48,10 @@ def commits(directory: Path, count: int, pause: float) -> list[float]:
     """Arrival -> durable of ``count`` lone durable messages, through the engine and the writer process."""
     from broker.protocol.amqp1_0.definitions import Transfer
     from broker.protocol.amqp1_0.framing import encode_frame
-    from lakehouse.journal import DeltaMessageJournal
-    from tests.unit.protocol.amqp1_0.engine_client import Client10, message_payload
+    from bench.journal_clients import durable_sender
+    from tests.unit.protocol.amqp1_0.engine_client import message_payload
 
-    sender = Client10()
-    namespace = sender.host.namespace
-    journal = DeltaMessageJournal(directory / "journal", "v")
-    journal.open()
-    namespace.journal = journal
-    namespace.declare_queue("q", durable=True)
-    sender.handshake()
-    sender.begin(incoming_window=1 << 20)
-    sender.attach_sender("q", handle=0, name="d")
+    sender, journal = durable_sender(directory / "journal")
     sender.take()
     took: list[float] = []
 
