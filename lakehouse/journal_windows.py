@@ -56,10 +56,10 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from .delta_table import AppendOnlyTable, TableSnapshot, fsync_path
+from .delta_table import AppendOnlyTable, TableSnapshot
 from .journal_keys import KeyScan, live_ids
 from .journal_schema import ENQUEUE, QUEUE_DELETED, SETTLE
-from .journal_writer import journal_source, read_watermark, watermark_path
+from .journal_writer import journal_source, read_watermark, watermark_path, write_watermark
 
 __all__ = ["WINDOW_IDS", "WATERMARK_WINDOWS", "Window", "windows", "lowest_live_id", "step_watermark",
            "expired_ids", "sorted_member_mask"]
@@ -221,11 +221,7 @@ def step_watermark(source: AppendOnlyTable | KeyScan, location: str | Path, *, w
         return current, True
     floor, reached = _walk(_local_keys(source), current, window, observe, max_windows)
     if floor is not None and floor > current:
-        temp = path.with_name(path.name + ".tmp")
-        temp.write_text(str(floor))
-        fsync_path(temp)
-        os.replace(temp, path)
-        fsync_path(path.parent)
+        write_watermark(path, floor)
         current = floor
     return current, reached
 

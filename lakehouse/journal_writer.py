@@ -266,12 +266,17 @@ def advance_watermark(table: AppendOnlyTable, *, window: int | None = None,
     floor = lowest_live_id(table, current, window=window or WINDOW_IDS, observe=observe)
     if floor is None or floor <= current:
         return current
+    write_watermark(path, floor)
+    return floor
+
+
+def write_watermark(path: Path, floor: int) -> None:
+    """Replace the watermark file at ``path`` with ``floor``, durably (written, synced, renamed)."""
     temp = path.with_name(path.name + ".tmp")
     temp.write_text(str(floor))
     fsync_path(temp)
     os.replace(temp, path)
     fsync_path(path.parent)
-    return floor
 
 
 #: how long a local journal's checkpoints keep the tombstones of files compacted away.  Every
