@@ -71,7 +71,7 @@ class Queue(ConsumerDispatch, ArrivalHold, RunTaking):
         "_prioritised", "_priority_cursor", "_filtered",
         "_sac", "_ready", "_ready_bytes", "_unacked", "_unacked_bytes", "_dispatching",
         "_deleted", "_timed", "_ttl", "_limited", "_last_used", "_fresh", "_returned", "_taken",
-        "_arriving", "_awaited", "_pages",
+        "_arriving", "_awaited", "_pages", "_watchers",
         "enqueued_messages", "enqueued_bytes", "delivered_messages", "delivered_bytes",
     )
 
@@ -95,6 +95,8 @@ class Queue(ConsumerDispatch, ArrivalHold, RunTaking):
         self._clock = clock
         self._host = host
         self._consumers: list[Consumer] = []
+        #: told of the queue's deletion like consumers, without consuming (AMQP 1.0 browsers)
+        self._watchers: list[Consumer] = []
         self._next_consumer = 0
         self._prioritised = False                    # some consumer has an x-priority
         self._filtered = False                       # some consumer has a message selector
@@ -497,12 +499,21 @@ class Queue(ConsumerDispatch, ArrivalHold, RunTaking):
         self._deleted = True
         if self.journal is not None:
             self.journal.queue_deleted(self)
-        consumers, self._consumers = self._consumers, []
+        consumers, self._consumers = self._consumers + self._watchers, []
+        self._watchers = []
         self._clear()
         self._ready = self._ready_bytes = 0
         # each consumer's own code, on its own connection: one failing closes only that one
         notify_each(consumers, lambda consumer: consumer.queue_deleted(self), "queue deletion")
         return count
+
+    def watch(self, watcher: Consumer) -> None:
+        """Tell ``watcher`` (``queue_deleted``) when the queue is deleted; it takes no messages."""
+        self._watchers.append(watcher)
+
+    def unwatch(self, watcher: Consumer) -> None:
+        if watcher in self._watchers:
+            self._watchers.remove(watcher)
 
     def next_deadline(self) -> float | None:
         """The earliest time :meth:`run_due` has work: a head message's expiry or queue expiry."""

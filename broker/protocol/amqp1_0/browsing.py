@@ -66,6 +66,7 @@ class QueueBrowser:
         self._sent: dict[int, Message] = {}
         #: the read back of the queue's head this browser waits for (None: none)
         self._landing: PageWait | None = None
+        queue.watch(link)           # its deletion detaches the link, as a consumer's
 
     def _selects(self, entry: QueueEntry) -> bool:
         selector = self.selector
@@ -119,7 +120,8 @@ class QueueBrowser:
             link.end_drain()
 
     def stop(self) -> None:
-        """The link goes: its wait for the queue's head is forgotten."""
+        """The link goes: its wait for the queue's head is forgotten, and the queue's deletion."""
+        self.queue.unwatch(self.link)
         landing, self._landing = self._landing, None
         if landing is not None:
             landing.forget(self._landed)

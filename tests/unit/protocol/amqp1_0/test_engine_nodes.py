@@ -363,3 +363,19 @@ def test_copy_on_a_subscription_consumes_as_qpid_jms_topic_subscribers_expect() 
     assert len(transfers) == 1
     client.send(Disposition(role=True, first=transfers[0].delivery_id, settled=True, state=Accepted()))
     assert client.host.namespace.queue("qpidsub_/jms-client_/sub_/durable").message_count == 0
+
+
+def test_a_browser_is_detached_with_resource_deleted_when_its_queue_is_deleted() -> None:
+    client = _open()
+    _send(client, "q", [message_payload(b"m")])
+    _receiver(client, 1, Source(address="q", distribution_mode=Symbol("copy")))
+    _receiver(client, 2, Source(address="q", distribution_mode=Symbol("copy")))
+    client.credit(1, 10)
+    assert _bodies(client) == [b"m"]
+    client.send(Detach(handle=2, closed=True))                # a browser gone before: not told
+    client.take()
+    client.host.namespace.delete_queue("q")
+    client._read()
+    detaches = [v for _c, v, _p in client.take() if isinstance(v, Detach)]
+    assert [(d.handle, d.closed, d.error.condition) for d in detaches] == [
+        (1, True, "amqp:resource-deleted")]
