@@ -75,6 +75,8 @@ def run(payloads: list[bytes], directory: Path, profile: bool) -> dict[str, Any]
 
     table = open_journal_table(str(directory / "journal"), 1)
     table.on_checkpoint_due = lambda: None     # the upkeep process's work: not a commit's
+    if hasattr(table, "pool_data_files"):
+        table.pool_data_files()                # as the writer process does
     encoder = RowEncoder("v")
     staged = hasattr(table, "stage") and hasattr(table, "publish")
     figures: dict[str, tuple[list[float], list[float]]] = {}
