@@ -9,31 +9,40 @@ An append is two steps, so a writer can prepare one commit while the one
 before it is being published (:mod:`lakehouse.journal_writer` does):
 
 1. :meth:`LogCommits.stage_append` -- the rows become a Parquet file in
-   memory (pyarrow), written to the table's directory; the commit's actions
-   (``commitInfo`` and one ``add``) to a temporary file in ``_delta_log``.
-   Both files and the table directory are fsynced together (in parallel: the
-   file system serves them with one journal flush).  Nothing a reader sees
-   has changed.
+   memory (pyarrow), written to a data file in the table's directory; the
+   commit's actions (``commitInfo`` and one ``add``) to a temporary file in
+   ``_delta_log``.  Both files are fsynced together (in parallel: the file
+   system serves them with one journal flush), with the table directory when
+   the data file was created here.  Nothing a reader sees has changed.
 2. :meth:`LogCommits.publish` -- the temporary file is linked as
    ``_delta_log/<version>.json`` (``link(2)`` fails if that version exists:
    put-if-absent; another writer's version is checked and the next one
    tried), then ``_delta_log`` is fsynced.  Only then is the version durable,
    and only then does ``publish`` return.
 
+With :meth:`LogCommits.pool_data_files` (the journal's writer process) the
+data file is one created ahead, empty, by a
+:class:`~lakehouse.data_file_pool.DataFilePool`, whose name was made durable
+(an fsync of the table directory for a batch of them) before it was handed
+out; the append opens it by name without creating it.
+
 Which fsyncs a commit makes, and why a confirmed commit survives a power loss:
 
-* the data file's content and size (fsync of its descriptor), and its name
-  (fsync of the table directory): the ``add`` action names a file that is
-  there, whole, after a power loss;
+* the data file's name (fsync of the table directory: the pool's, before
+  the file is handed out, or the append's own, in its first round) and its
+  content and size (fsync of its descriptor): the ``add`` action names a
+  file that is there, whole, after a power loss;
 * the commit's content (fsync of the temporary file): the name linked in
   step 2 never points at a partly written commit;
 * the commit's name (fsync of ``_delta_log`` after the link): without it a
   power loss could drop the version that was confirmed.
 
-The first three are one round before the link and the fourth one round
-after it: the link must not reach the disk before the content it names,
-and nothing can be confirmed before the link is on disk.  The checksum file
-written after a commit is not fsynced (:mod:`lakehouse.version_checksum`).
+All but the last are done before the link and the last one round after it:
+the link must not reach the disk before the content it names, and nothing
+can be confirmed before the link is on disk.  The checksum file written
+after a commit is not fsynced (:mod:`lakehouse.version_checksum`); a commit
+whose checksum is deferred has it written by a thread of its own, at most
+every 100 ms (:mod:`lakehouse.checksum_writer`).
 """
 
 from __future__ import annotations
