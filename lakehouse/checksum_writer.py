@@ -53,6 +53,7 @@ class ChecksumWriter:
         self._condition = threading.Condition()
         self._pending: ChecksumFigures | None = None
         self._writing = False
+        self._idle = False                      # the thread waits for figures, not for the interval
         self._closed = False
         self._failed = False                    # said once in the log
         self._last_write = float("-inf")        # monotonic
@@ -68,7 +69,8 @@ class ChecksumWriter:
                 return
             if self._pending is None or figures.version > self._pending.version:
                 self._pending = figures
-            self._condition.notify()
+            if self._idle:                      # else it takes them when its interval is up:
+                self._condition.notify()        # no wake-up (and no interpreter lock) per commit
 
     def flush(self, timeout: float = 10.0) -> int | None:
         """Write what is pending now (not waiting for the interval); the last version written."""
@@ -98,7 +100,9 @@ class ChecksumWriter:
                     if self._pending is None:
                         if self._closed:
                             return
+                        self._idle = True
                         self._condition.wait()
+                        self._idle = False
                         continue
                     wait = self._last_write + self.interval - time.monotonic()
                     if wait <= 0 or self._closed:

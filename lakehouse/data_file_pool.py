@@ -77,7 +77,7 @@ class DataFilePool:
         self._condition = threading.Condition()
         self._ready: collections.deque[tuple[Path, float]] = collections.deque()   # path, created
         self._stale: list[Path] = []
-        self._wanted = True                     # an append found the pool low since the last batch
+        self._wanted = True                     # an append took a file since the last batch
         self._closed = False
         self._failing = False
         #: batches created (for tests and the curious)
@@ -96,8 +96,9 @@ class DataFilePool:
                     found = path
                     break
                 self._stale.append(path)
-            if len(self._ready) <= self.batch // 2 or self._stale:
-                self._wanted = True
+            self._wanted = True
+            # woken when the pool falls to half (once per batch, not per append), is empty or stale
+            if found is None or len(self._ready) == self.batch // 2 or self._stale:
                 self._condition.notify()
             return found
 

@@ -125,13 +125,19 @@ def test_pooled_files_older_than_the_limit_are_deleted_not_used(tmp_path: Path,
     wait_until(lambda: not (first & set(tmp_path.iterdir())), what="the stale files deleted")
     fresh = wait_until(pool.take, what="a new batch")   # the append wanted one: replaced
     assert fresh not in first and fresh.exists()
-    # idle: files that age out are deleted and not replaced until an append asks again
-    clock[0] += 61.0
-    with pool._condition:
-        pool._condition.notify()
+    # idle: files that age out are deleted, and replaced only if an append took one since the
+    # last batch -- it did (fresh): once more, then not at all
+    def age_out() -> None:
+        clock[0] += 61.0
+        with pool._condition:
+            pool._condition.notify()
+
+    age_out()
+    wait_until(lambda: pool.batches == 3 and len(pool) == 4, what="one more batch")
+    age_out()
     wait_until(lambda: set(tmp_path.iterdir()) == {fresh}, what="the idle pool emptied")
     time.sleep(0.1)
-    assert set(tmp_path.iterdir()) == {fresh}
+    assert set(tmp_path.iterdir()) == {fresh} and len(pool) == 0 and pool.batches == 3
     pool.close()
 
 
