@@ -87,16 +87,13 @@ def _background_ns(table: Any) -> int:
     return total
 
 
-def run(payloads: list[bytes], directory: Path, profile: bool, pool: bool = True,
-        anonymous: bool = False) -> dict[str, Any]:
+def run(payloads: list[bytes], directory: Path, profile: bool, pool: bool = True) -> dict[str, Any]:
     from lakehouse.journal_writer import RowEncoder, open_journal_table
 
     table = open_journal_table(str(directory / "journal"), 1)
     table.on_checkpoint_due = lambda: None     # the upkeep process's work: not a commit's
     if pool and hasattr(table, "pool_data_files"):
         table.pool_data_files()                # as the writer process does
-    if anonymous:
-        table.anonymous_commits = True         # the commit's content in an O_TMPFILE file
     encoder = RowEncoder("v")
     staged = hasattr(table, "stage") and hasattr(table, "publish")
     figures: dict[str, tuple[list[float], list[float]]] = {}
@@ -155,13 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--directory", type=Path, default=None, help="where the table goes (default: a temp dir)")
     parser.add_argument("--profile", action="store_true", help="cProfile of the commits, to stderr")
     parser.add_argument("--no-pool", action="store_true", help="appends create their own data files")
-    parser.add_argument("--anonymous-commits", action="store_true",
-                        help="each commit's content written to an O_TMPFILE file, linked into place")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="deltamq-journal-commit-", dir=args.directory) as directory:
         payloads = groups(Path(directory), args.commits, args.messages)
-        print(json.dumps(run(payloads, Path(directory), args.profile, not args.no_pool,
-                             args.anonymous_commits)))
+        print(json.dumps(run(payloads, Path(directory), args.profile, not args.no_pool)))
     return 0
 
 

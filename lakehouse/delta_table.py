@@ -205,7 +205,6 @@ class AppendOnlyTable(LogCommits):
         #: the thread writing deferred checksum files, and the pool of data files (journal writer)
         self._checksum_writer: ChecksumWriter | None = None
         self._data_files: DataFilePool | None = None
-        self.anonymous_commits = False
         #: the table's protocol and metaData actions as last checked (None: not yet)
         self._protocol: dict[str, Any] | None = None
         self._metadata: dict[str, Any] | None = None

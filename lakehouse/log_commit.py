@@ -116,19 +116,13 @@ class StagedAppend:
 
     #: the data file, in the table's directory
     data: Path
-    #: the commit's content, in ``_delta_log`` under a temporary name (or, with :attr:`commit`,
-    #: the name it was meant to have: the file itself has none)
+    #: the commit's content, in ``_delta_log`` under a temporary name
     temp: Path
     actions: list[dict[str, Any]]
     rows: int
-    #: the commit's content as a file without a name (``O_TMPFILE``), open until it is linked; -1: none
-    commit: int = -1
 
     def discard(self) -> None:
         """Remove both files (the append will not be published)."""
-        if self.commit >= 0:
-            os.close(self.commit)               # the unnamed file goes with its last descriptor
-            self.commit = -1
         for path in (self.temp, self.data):
             try:
                 path.unlink(missing_ok=True)
@@ -154,8 +148,6 @@ class LogCommits:
     _deferred_checksum: tuple[int, list[dict[str, Any]]] | None
     _checksum_writer: ChecksumWriter | None
     _data_files: DataFilePool | None
-    #: appends write their commit's content to a file without a name (O_TMPFILE), linked into place
-    anonymous_commits: bool
     _protocol: dict[str, Any] | None
     _metadata: dict[str, Any] | None
 
@@ -213,14 +205,11 @@ class LogCommits:
                     descriptors.append(data)
                     descriptors.append(os.open(self.path, os.O_RDONLY))
                 _write_all(data, content, staged.data)
-                staged.commit = self._anonymous_commit()
-                commit = staged.commit if staged.commit >= 0 else _create(staged.temp)
-                if staged.commit < 0:
-                    descriptors.append(commit)
-                _write_all(commit, _lines(staged.actions), staged.temp)
+                descriptors.append(_create(staged.temp))
+                _write_all(descriptors[-1], _lines(staged.actions), staged.temp)
                 # the file's content, the commit's content (and the file's name), in one round
                 started = time.monotonic()
-                fsync_together([*descriptors, commit] if staged.commit >= 0 else descriptors)
+                fsync_together(descriptors)
                 ROUNDS.stage = (started, time.monotonic())
             except BaseException:
                 staged.discard()
@@ -242,20 +231,6 @@ class LogCommits:
         ]
         return StagedAppend(self.path / name, self._temp_commit(), actions, rows.num_rows)
 
-    def _anonymous_commit(self) -> int:
-        """A file without a name in ``_delta_log`` for a commit's content (-1: not on this file system)."""
-        if not self.anonymous_commits:
-            return -1
-        if not os.path.isdir("/proc/self/fd"):      # how it is linked: no /proc, no O_TMPFILE
-            self.anonymous_commits = False
-            return -1
-        try:
-            return os.open(self.path / "_delta_log", os.O_TMPFILE | os.O_WRONLY, 0o644)
-        except (OSError, AttributeError) as exc:
-            log.info("%s: commit files written under a temporary name (O_TMPFILE: %s)", self.name, exc)
-            self.anonymous_commits = False
-            return -1
-
     def _open_pooled(self) -> tuple[int | None, str]:
         """A pooled data file, opened for writing, and its name; (None, "") when there is none."""
         pooled = self._data_files.take() if self._data_files is not None else None
@@ -273,9 +248,8 @@ class LogCommits:
         its name could not be fsynced (its data file must then stay); any
         other failure removes the staged files.
         """
-        commit, staged.commit = staged.commit, -1       # _link closes it, whatever happens
         try:
-            version = self._link(staged.temp, commit)
+            version = self._link(staged.temp)
         except CommittedUnsynced:
             raise                               # in the log: the file must stay
         except BaseException:
@@ -314,32 +288,21 @@ class LogCommits:
     def _temp_commit(self) -> Path:
         return self.path / "_delta_log" / f".deltamq-{uuid.uuid4()}.json.tmp"
 
-    def _link(self, temp: Path, commit: int = -1) -> int:
-        """Link the fsynced commit ``temp`` as the next free version and fsync the log; the version.
-
-        ``commit``: the commit is that descriptor's file without a name (``O_TMPFILE``),
-        linked through ``/proc/self/fd`` and closed, rather than the file named ``temp``.
-        """
+    def _link(self, temp: Path) -> int:
+        """Link the fsynced commit ``temp`` as the next free version and fsync the log; the version."""
         log_dir = temp.parent
-        source = f"/proc/self/fd/{commit}" if commit >= 0 else temp
-        # an explicit src_dir_fd makes os.link call linkat(2), which follows the /proc link to the
-        # file (link(2) would try to link the symbolic link itself); an absolute path ignores it
-        where: dict[str, Any] = {"src_dir_fd": commit, "follow_symlinks": True} if commit >= 0 else {}
         with self._lock:
             version = self._version + 1
         try:
             while True:
                 try:
-                    os.link(source, commit_file(log_dir, version), **where)
+                    os.link(temp, commit_file(log_dir, version))
                     break
                 except FileExistsError:
                     self._check_winner(version)
                     version += 1
         finally:
-            if commit >= 0:
-                os.close(commit)
-            else:
-                os.unlink(temp)
+            os.unlink(temp)
         try:
             started = time.monotonic()
             fsync_path(log_dir)                 # the commit file's name
