@@ -87,13 +87,14 @@ def _background_ns(table: Any) -> int:
     return total
 
 
-def run(payloads: list[bytes], directory: Path, profile: bool, pool: bool = True) -> dict[str, Any]:
+def run(payloads: list[bytes], directory: Path, profile: bool, pool: bool = True,
+        pool_batch: int | None = None) -> dict[str, Any]:
     from lakehouse.journal_writer import RowEncoder, open_journal_table
 
     table = open_journal_table(str(directory / "journal"), 1)
     table.on_checkpoint_due = lambda: None     # the upkeep process's work: not a commit's
     if pool and hasattr(table, "pool_data_files"):
-        table.pool_data_files()                # as the writer process does
+        table.pool_data_files(**({"batch": pool_batch} if pool_batch else {}))   # as the writer process does
     encoder = RowEncoder("v")
     staged = hasattr(table, "stage") and hasattr(table, "publish")
     figures: dict[str, tuple[list[float], list[float]]] = {}
@@ -152,10 +153,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--directory", type=Path, default=None, help="where the table goes (default: a temp dir)")
     parser.add_argument("--profile", action="store_true", help="cProfile of the commits, to stderr")
     parser.add_argument("--no-pool", action="store_true", help="appends create their own data files")
+    parser.add_argument("--pool-batch", type=int, default=None, help="data files created ahead at a time")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="deltamq-journal-commit-", dir=args.directory) as directory:
         payloads = groups(Path(directory), args.commits, args.messages)
-        print(json.dumps(run(payloads, Path(directory), args.profile, not args.no_pool)))
+        print(json.dumps(run(payloads, Path(directory), args.profile, not args.no_pool,
+                             args.pool_batch)))
     return 0
 
 
