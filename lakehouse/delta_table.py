@@ -85,6 +85,8 @@ from deltalake.transaction import CommitProperties, PostCommitHookProperties, Tr
 
 # the local commit path (imported here too by those who knew it here)
 from .log_commit import PARQUET_OPTIONS, CommittedUnsynced, LogCommits, StagedAppend, fsync_path  # noqa: F401
+from .checksum_writer import ChecksumWriter
+from .data_file_pool import DataFilePool
 from .log_state import LogState
 from .table_features import UnsupportedTable, check_table
 from .version_checksum import TableChecksum
@@ -200,6 +202,9 @@ class AppendOnlyTable(LogCommits):
         self._checksum: TableChecksum | None = None
         self._checksum_lock = threading.Lock()
         self._deferred_checksum: tuple[int, list[dict[str, Any]]] | None = None
+        #: the thread writing deferred checksum files, and the pool of data files (journal writer)
+        self._checksum_writer: ChecksumWriter | None = None
+        self._data_files: DataFilePool | None = None
         #: the table's protocol and metaData actions as last checked (None: not yet)
         self._protocol: dict[str, Any] | None = None
         self._metadata: dict[str, Any] | None = None
@@ -422,6 +427,7 @@ class AppendOnlyTable(LogCommits):
             yield pa.record_batch(batch)
 
     def close(self) -> None:
+        self.close_background()
         self._version = -1
         self._handle = None
 

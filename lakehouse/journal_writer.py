@@ -393,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     from .journal_upkeep import UpkeepProcess          # it imports this module
 
     table = open_journal_table(location, log_hours)
+    table.pool_data_files()             # data files created ahead, off the commit path (local tables)
     upkeep = UpkeepProcess(location, history_hours, log_hours)
     trace = writer_trace()
     table.on_checkpoint_due = upkeep.checkpoint_due if trace is None else _traced(trace, upkeep.checkpoint_due)

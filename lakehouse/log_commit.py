@@ -9,31 +9,40 @@ An append is two steps, so a writer can prepare one commit while the one
 before it is being published (:mod:`lakehouse.journal_writer` does):
 
 1. :meth:`LogCommits.stage_append` -- the rows become a Parquet file in
-   memory (pyarrow), written to the table's directory; the commit's actions
-   (``commitInfo`` and one ``add``) to a temporary file in ``_delta_log``.
-   Both files and the table directory are fsynced together (in parallel: the
-   file system serves them with one journal flush).  Nothing a reader sees
-   has changed.
+   memory (pyarrow), written to a data file in the table's directory; the
+   commit's actions (``commitInfo`` and one ``add``) to a temporary file in
+   ``_delta_log``.  Both files are fsynced together (in parallel: the file
+   system serves them with one journal flush), with the table directory when
+   the data file was created here.  Nothing a reader sees has changed.
 2. :meth:`LogCommits.publish` -- the temporary file is linked as
    ``_delta_log/<version>.json`` (``link(2)`` fails if that version exists:
    put-if-absent; another writer's version is checked and the next one
    tried), then ``_delta_log`` is fsynced.  Only then is the version durable,
    and only then does ``publish`` return.
 
+With :meth:`LogCommits.pool_data_files` (the journal's writer process) the
+data file is one created ahead, empty, by a
+:class:`~lakehouse.data_file_pool.DataFilePool`, whose name was made durable
+(an fsync of the table directory for a batch of them) before it was handed
+out; the append opens it by name without creating it.
+
 Which fsyncs a commit makes, and why a confirmed commit survives a power loss:
 
-* the data file's content and size (fsync of its descriptor), and its name
-  (fsync of the table directory): the ``add`` action names a file that is
-  there, whole, after a power loss;
+* the data file's name (fsync of the table directory: the pool's, before
+  the file is handed out, or the append's own, in its first round) and its
+  content and size (fsync of its descriptor): the ``add`` action names a
+  file that is there, whole, after a power loss;
 * the commit's content (fsync of the temporary file): the name linked in
   step 2 never points at a partly written commit;
 * the commit's name (fsync of ``_delta_log`` after the link): without it a
   power loss could drop the version that was confirmed.
 
-The first three are one round before the link and the fourth one round
-after it: the link must not reach the disk before the content it names,
-and nothing can be confirmed before the link is on disk.  The checksum file
-written after a commit is not fsynced (:mod:`lakehouse.version_checksum`).
+All but the last are done before the link and the last one round after it:
+the link must not reach the disk before the content it names, and nothing
+can be confirmed before the link is on disk.  The checksum file written
+after a commit is not fsynced (:mod:`lakehouse.version_checksum`); a commit
+whose checksum is deferred has it written by a thread of its own, at most
+every 100 ms (:mod:`lakehouse.checksum_writer`).
 """
 
 from __future__ import annotations
@@ -57,9 +66,13 @@ import pyarrow.parquet as pq
 
 from broker import __version__
 
+from .checksum_writer import ChecksumWriter
+from .data_file_pool import BATCH as POOL_BATCH
+from .data_file_pool import MAX_AGE as POOL_MAX_AGE
+from .data_file_pool import DataFilePool, data_file_name
 from .log_state import LogState, commit_file, read_commit
 from .table_features import check_table
-from .version_checksum import TableChecksum
+from .version_checksum import ChecksumFigures, TableChecksum
 from .writer_priority import apply_to_thread
 
 __all__ = ["LogCommits", "StagedAppend", "CommittedUnsynced", "fsync_path", "PROBE_BYTES",
@@ -133,6 +146,8 @@ class LogCommits:
     _checksum: TableChecksum | None
     _checksum_lock: threading.Lock
     _deferred_checksum: tuple[int, list[dict[str, Any]]] | None
+    _checksum_writer: ChecksumWriter | None
+    _data_files: DataFilePool | None
     _protocol: dict[str, Any] | None
     _metadata: dict[str, Any] | None
 
@@ -179,34 +194,52 @@ class LogCommits:
         sink = pa.BufferOutputStream()
         pq.write_table(rows, sink, **self.writer_options())
         content = sink.getvalue()
-        name = f"part-{uuid.uuid4()}-c000.snappy.parquet"
+        # a pooled file (its name durable already) or one of its own, whose name the round fsyncs
+        data, name = self._open_pooled()
+        descriptors: list[int] = [] if data is None else [data]
+        try:
+            staged = self._staged(rows, name or data_file_name(), content.size)
+            try:
+                if data is None:
+                    data = _create(staged.data)
+                    descriptors.append(data)
+                    descriptors.append(os.open(self.path, os.O_RDONLY))
+                _write_all(data, content, staged.data)
+                descriptors.append(_create(staged.temp))
+                _write_all(descriptors[-1], _lines(staged.actions), staged.temp)
+                # the file's content, the commit's content (and the file's name), in one round
+                started = time.monotonic()
+                fsync_together(descriptors)
+                ROUNDS.stage = (started, time.monotonic())
+            except BaseException:
+                staged.discard()
+                raise
+        finally:
+            for fd in descriptors:
+                os.close(fd)
+        return staged
+
+    def _staged(self, rows: pa.Table, name: str, size: int) -> StagedAppend:
+        """The append of ``rows`` as data file ``name`` (``size`` bytes): its paths and actions."""
         now_ms = int(time.time() * 1000)
         actions = [
             {"commitInfo": {"timestamp": now_ms, "operation": "WRITE",
                             "operationParameters": {"mode": "Append"}, "isBlindAppend": True,
                             "engineInfo": f"deltamq/{__version__}",
                             "operationMetrics": {"numFiles": "1", "numOutputRows": str(rows.num_rows)}}},
-            {"add": self.add_action(name, rows, data_change=True, now_ms=now_ms, size=content.size)},
+            {"add": self.add_action(name, rows, data_change=True, now_ms=now_ms, size=size)},
         ]
-        staged = StagedAppend(self.path / name, self._temp_commit(), actions, rows.num_rows)
-        descriptors: list[int] = []
+        return StagedAppend(self.path / name, self._temp_commit(), actions, rows.num_rows)
+
+    def _open_pooled(self) -> tuple[int | None, str]:
+        """A pooled data file, opened for writing, and its name; (None, "") when there is none."""
+        pooled = self._data_files.take() if self._data_files is not None else None
+        if pooled is None:
+            return None, ""
         try:
-            descriptors.append(_create(staged.data))
-            _write_all(descriptors[-1], content, staged.data)
-            descriptors.append(_create(staged.temp))
-            _write_all(descriptors[-1], _lines(actions), staged.temp)
-            descriptors.append(os.open(self.path, os.O_RDONLY))
-            # the file's content, the commit's content and the file's name, in one round
-            started = time.monotonic()
-            fsync_together(descriptors)
-            ROUNDS.stage = (started, time.monotonic())
-        except BaseException:
-            staged.discard()
-            raise
-        finally:
-            for fd in descriptors:
-                os.close(fd)
-        return staged
+            return os.open(pooled, os.O_WRONLY), pooled.name    # no O_CREAT: it must be ours, still there
+        except OSError:
+            return None, ""
 
     def publish(self, staged: StagedAppend, *, defer_checksum: bool = False) -> int:
         """Put ``staged`` in the log as the next free version, fsynced; the version.
@@ -287,10 +320,39 @@ class LogCommits:
             self._write_checksum(version, actions)
 
     def write_deferred_checksum(self) -> None:
-        """Write the checksum file of the commit :meth:`append` deferred it for, if any."""
+        """Bring the checksum figures up to the commit :meth:`append` deferred them for, if any.
+
+        The file itself is written by the table's :class:`~lakehouse.checksum_writer.ChecksumWriter`
+        thread, at normal priority and at most every
+        :data:`~lakehouse.checksum_writer.INTERVAL` (always for the newest version).
+        """
         deferred, self._deferred_checksum = self._deferred_checksum, None
-        if deferred is not None:
-            self._write_checksum(*deferred)
+        if deferred is None:
+            return
+        figures = self._advance_checksum(*deferred)
+        if figures is None:
+            return
+        if self._checksum_writer is None:
+            self._checksum_writer = ChecksumWriter(self.name)
+        self._checksum_writer.hand(figures)
+
+    def flush_checksums(self) -> int | None:
+        """Write the newest deferred checksum now; the version of the last one written (None: none)."""
+        return self._checksum_writer.flush() if self._checksum_writer is not None else None
+
+    def pool_data_files(self, *, batch: int = POOL_BATCH, max_age: float = POOL_MAX_AGE) -> None:
+        """Create appends' data files ahead of them (:mod:`lakehouse.data_file_pool`); local tables only."""
+        if not self.remote and self._data_files is None:
+            self._data_files = DataFilePool(self.path, batch=batch, max_age=max_age)
+
+    def close_background(self) -> None:
+        """Write the pending checksum file, delete the pooled data files no append took."""
+        writer, self._checksum_writer = self._checksum_writer, None
+        if writer is not None:
+            writer.close()
+        pool, self._data_files = self._data_files, None
+        if pool is not None:
+            pool.close()
 
     def _start_checksums(self, state: LogState) -> None:
         """Write a checksum file with each commit from now on, starting from ``state``."""
@@ -298,18 +360,29 @@ class LogCommits:
 
     def _write_checksum(self, version: int, actions: list[dict[str, Any]]) -> None:
         """Write ``<version>.crc`` (see :mod:`lakehouse.version_checksum`); never fails a commit."""
+        figures = self._advance_checksum(version, actions)
+        if figures is None:
+            return
+        try:
+            figures.write()
+        except OSError as exc:
+            log.warning("%s: checksum file of version %d not written (%s)", self.name, version, exc)
+
+    def _advance_checksum(self, version: int, actions: list[dict[str, Any]]) -> ChecksumFigures | None:
+        """The figures of ``version`` (``actions`` its commit's); None when there are none to write."""
         with self._checksum_lock:
             checksum = self._checksum
             if checksum is None or version <= checksum.version:
-                return                          # a later commit of another thread got there first
+                return None                     # a later commit of another thread got there first
             try:
                 checksum.advance(version, actions)
-                checksum.write()
             except (OSError, ValueError, KeyError) as exc:
                 # the figures may be half updated: stop rather than ever write a wrong one
                 log.warning("%s: stopped writing checksum files at version %d (%s)", self.name,
                             version, exc)
                 self._checksum = None
+                return None
+            return checksum.figures()
 
     def _check_winner(self, version: int) -> None:
         """Another writer committed ``version`` first: fine unless it changed the table under us.

@@ -89,7 +89,10 @@ from .log_state import LogState, read_last_checkpoint
 from .table_features import UnsupportedTable
 from .version_checksum import checksum_file
 
-__all__ = ["TableMaintenance", "prune_checksum_files", "table_files"]
+__all__ = ["TableMaintenance", "prune_checksum_files", "table_files", "FRESH_FILES_KEPT"]
+
+#: seconds: an unreferenced data file written more recently is never vacuumed, whatever the retention
+FRESH_FILES_KEPT = 600.0
 
 log = logging.getLogger(__name__)
 
@@ -307,6 +310,9 @@ class TableMaintenance:
         state = self.log_state()
         now_ms = int(time.time() * 1000)
         cutoff_ms = now_ms - int(self.retention_hours * 3_600_000)
+        # however short the retention, a file the log never named that was written lately may be
+        # an append's not yet committed, or one created ahead for an append (lakehouse.data_file_pool)
+        fresh_ms = now_ms - int(FRESH_FILES_KEPT * 1000)
         live = {unquote(path) for path in state.adds}
         removed_at = {unquote(path): when for path, when in state.removed_at.items()}
         deleted = 0
@@ -317,7 +323,8 @@ class TableMaintenance:
             if removed_at.get(name, 0) > cutoff_ms:
                 continue
             try:
-                if entry.stat().st_mtime * 1000 > cutoff_ms:
+                written_ms = entry.stat().st_mtime * 1000
+                if written_ms > cutoff_ms or (name not in removed_at and written_ms > fresh_ms):
                     continue                   # new: maybe a commit's file not committed yet
                 os.unlink(entry.path)
                 deleted += 1

@@ -18,7 +18,10 @@ upkeep process's compactions), read through :func:`~lakehouse.log_state.read_com
 
 A checksum is written atomically (a temporary file renamed into place) but
 not fsynced: it only saves readers work, and after a crash a version without
-one is still read correctly.
+one is still read correctly.  What is written is a :class:`ChecksumFigures`:
+the figures of one version, frozen with that version's number, so a file
+written later (the journal's writer writes them from a thread of their own,
+:mod:`lakehouse.checksum_writer`) never claims another version's figures.
 """
 
 from __future__ import annotations
@@ -26,12 +29,13 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .log_state import LogState, read_commit
 
-__all__ = ["TableChecksum", "checksum_file"]
+__all__ = ["TableChecksum", "ChecksumFigures", "checksum_file"]
 
 
 def checksum_file(log_dir: Path, version: int) -> Path:
@@ -82,16 +86,46 @@ class TableChecksum:
             elif (protocol := action.get("protocol")) is not None:
                 self.protocol = protocol
 
+    def figures(self) -> ChecksumFigures:
+        """The figures of :attr:`version`, frozen (the metadata and protocol actions are
+        replaced by later commits, never changed in place, so they are shared, not copied)."""
+        return ChecksumFigures(self.log_dir, self.version, self.table_size, len(self.sizes),
+                               self.metadata, self.protocol)
+
     def as_json(self) -> dict[str, Any]:
         """The checksum as Delta's ``VersionChecksum`` JSON (the fields a reader needs)."""
-        return {"tableSizeBytes": self.table_size, "numFiles": len(self.sizes),
+        return self.figures().as_json()
+
+    def write(self) -> Path:
+        """Write ``<version>.crc`` for :attr:`version` (atomically, not fsynced)."""
+        return self.figures().write()
+
+
+@dataclass(frozen=True, slots=True)
+class ChecksumFigures:
+    """What ``<version>.crc`` says for one version: written by :meth:`write` only for that version."""
+
+    log_dir: Path
+    version: int
+    table_size: int
+    num_files: int
+    metadata: dict[str, Any]
+    protocol: dict[str, Any]
+
+    def as_json(self) -> dict[str, Any]:
+        """The checksum as Delta's ``VersionChecksum`` JSON (the fields a reader needs)."""
+        return {"tableSizeBytes": self.table_size, "numFiles": self.num_files,
                 "numMetadata": 1, "numProtocol": 1,
                 "metadata": self.metadata, "protocol": self.protocol}
 
     def write(self) -> Path:
-        """Write ``<version>.crc`` for :attr:`version` (atomically, not fsynced)."""
+        """Write ``<version>.crc`` (atomically: a temporary file renamed into place; not fsynced)."""
         target = checksum_file(self.log_dir, self.version)
         temp = self.log_dir / f".deltamq-{uuid.uuid4()}.crc.tmp"
-        temp.write_text(json.dumps(self.as_json(), separators=(",", ":")) + "\n")
-        os.replace(temp, target)
+        try:
+            temp.write_text(json.dumps(self.as_json(), separators=(",", ":")) + "\n")
+            os.replace(temp, target)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
         return target

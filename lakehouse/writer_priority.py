@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import os
 
-__all__ = ["WRITER_PRIORITY", "apply_to_thread", "enable_in_this_process", "policy_name"]
+__all__ = ["WRITER_PRIORITY", "apply_to_thread", "enable_in_this_process", "normal_for_this_thread", "policy_name"]
 
 log = logging.getLogger("lakehouse.journal_writer")
 
@@ -70,6 +70,19 @@ def apply_to_thread(priority: str | None = None) -> bool:
         _settled = True
         log.info("journal writer: scheduling %r not applied (%s); normal priority", wanted, exc)
         return False
+
+
+def normal_for_this_thread() -> None:
+    """Schedule the calling thread normally (a background thread of the writer: checksums, file pool).
+
+    A thread started by a real-time one is reset already (``SCHED_RESET_ON_FORK``); this
+    makes sure of it.  Never raises.
+    """
+    try:
+        if os.sched_getscheduler(0) & ~getattr(os, "SCHED_RESET_ON_FORK", 0) in (os.SCHED_RR, os.SCHED_FIFO):
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    except (AttributeError, OSError):
+        pass
 
 
 def policy_name() -> str:

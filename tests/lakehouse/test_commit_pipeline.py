@@ -65,7 +65,7 @@ class _Writer:
         self.events: list[tuple[Any, ...]] = []
         self.lock = threading.Lock()
         log_dir = table.path / "_delta_log"
-        real_link, real_fsync = os.link, log_commit.fsync_path
+        real_link, real_fsync, real_os_fsync = os.link, log_commit.fsync_path, os.fsync
 
         def link(source: Any, target: Any, *args: Any, **kwargs: Any) -> None:
             real_link(source, target, *args, **kwargs)
@@ -79,8 +79,15 @@ class _Writer:
                 with self.lock:
                     self.events.append(("log synced",))
 
+        def os_fsync(fd: int) -> None:
+            real_os_fsync(fd)
+            if Path(os.readlink(f"/proc/self/fd/{fd}")) == table.path:   # every name in it is durable
+                with self.lock:
+                    self.events.append(("names synced", frozenset(os.listdir(table.path))))
+
         monkeypatch.setattr(log_commit.os, "link", link)
         monkeypatch.setattr(log_commit, "fsync_path", fsync)
+        monkeypatch.setattr(os, "fsync", os_fsync)
         read, self._write = os.pipe()
         self._requests: BinaryIO = os.fdopen(read, "rb")
         answers = _Answers(self.events)
@@ -101,9 +108,12 @@ class _Writer:
         self._requests.close()
 
 
+@pytest.mark.parametrize("ahead", [False, True], ids=["files of its own", "files created ahead"])
 def test_each_group_is_answered_durable_after_its_own_log_entry_is_fsynced(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ahead: bool) -> None:
     table = open_journal_table(str(tmp_path / "journal"), 1)
+    if ahead:                                  # as the writer process does
+        table.pool_data_files(batch=4)
     first_version = table.version
     writer = _Writer(table, monkeypatch)
     groups = 12
@@ -121,12 +131,16 @@ def test_each_group_is_answered_durable_after_its_own_log_entry_is_fsynced(
         # its own version linked, then the log fsynced, then (and only then) answered
         assert link < answer and ("log synced",) in events[link + 1:answer]
         assert events.index(("answer", number, STAGED)) < answer
-    # each version holds its own group's rows
+    # each version holds its own group's rows, in a data file whose name was durable before the link
     log_dir = table.path / "_delta_log"
     for number in range(1, groups + 1):
         actions = [json.loads(line) for line in
                    (log_dir / f"{first_version + number:020d}.json").read_text().splitlines()]
-        assert [a["add"]["stats"] for a in actions if "add" in a][0].startswith(f'{{"numRecords":{number},')
+        (add,) = [a["add"] for a in actions if "add" in a]
+        assert add["stats"].startswith(f'{{"numRecords":{number},')
+        link = events.index(("link", first_version + number))
+        assert any(event[0] == "names synced" and add["path"] in event[1] for event in events[:link])
+    table.close()
 
 
 def test_the_next_group_is_staged_while_the_one_before_waits_to_be_published(

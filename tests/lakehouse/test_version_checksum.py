@@ -145,9 +145,11 @@ def test_the_journal_writer_writes_a_commits_checksum_after_answering(tmp_path: 
     version = table.append(batch(0, 3), defer_checksum=True)
     log_dir = table.path / "_delta_log"
     assert not checksum_file(log_dir, version).exists()
-    table.write_deferred_checksum()
+    table.write_deferred_checksum()                  # handed to the table's checksum thread
+    assert table.flush_checksums() == version
     assert crc(table, version)["numFiles"] == 1
     table.write_deferred_checksum()                  # nothing left to write: no-op
+    table.close()
 
 
 def test_a_reader_that_lists_the_log_mid_commit_opens_the_table_once_the_commit_is_whole(tmp_path: Path) -> None:
