@@ -64,6 +64,9 @@ class Channel(DeclarationMethods, TxMethods):
         self._properties = b""
         self._body_parts: list[bytes] = []
         self._body_received = 0
+        #: the last header-less properties decoded, as received and decoded: a publisher
+        #: sends the same ones again and again (the message keeps the bytes, not the view)
+        self._last_properties: tuple[bytes, MessageProperties] = (b"", MessageProperties())
         # deliveries
         self._next_tag = 1
         self.unacked: dict[int, tuple[QueueEntry, Subscription | None]] = {}
@@ -159,7 +162,7 @@ class Channel(DeclarationMethods, TxMethods):
             raise errors.FrameError(f"malformed content header: {exc}")
         if class_id != 60:
             raise errors.UnexpectedFrame(f"content header for class {class_id}, expected 60 (basic)")
-        max_size = self.connection.host.max_message_size
+        max_size = self.connection.max_message_size
         if body_size > max_size:
             publish = self._publish
             self._publish = None
@@ -211,12 +214,18 @@ class Channel(DeclarationMethods, TxMethods):
         self._body_parts = []
         encoded = self._properties
         self._properties = b""
-        try:
-            props = decode_properties(encoded, 0)
-        except (ValueError, IndexError, struct.error) as exc:
-            self.connection.hard_error_in_method(
-                errors.FrameError(f"malformed content header properties: {malformed_reason(exc)}"), publish)
-            return
+        if encoded == self._last_properties[0]:
+            props = self._last_properties[1]
+        else:
+            try:
+                props = decode_properties(encoded, 0)
+            except (ValueError, IndexError, struct.error) as exc:
+                self.connection.hard_error_in_method(
+                    errors.FrameError(f"malformed content header properties: {malformed_reason(exc)}"),
+                    publish)
+                return
+            if props.headers is None:       # (no table in it: nothing anyone could change)
+                self._last_properties = (encoded, props)
         ns = self.namespace
         self.connection.messages_received += 1
         if props.reply_to == direct_reply.PSEUDO_QUEUE:
