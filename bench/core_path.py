@@ -9,7 +9,10 @@ transient messages to the default exchange, batches of 100):
 
 - ``auto``: one consumer, auto-ack (workload 1);
 - ``manual``: prefetch 100, ``basic.ack multiple`` every 50 (workload 2);
-- ``confirm``: publisher confirms, auto-ack consumer (workload 3).
+- ``confirm``: publisher confirms, auto-ack consumer (workload 3);
+- ``fanout``: a fanout exchange to 10 queues, a consumer on each (its own channel),
+  prefetch 100, ``basic.ack multiple`` every 50 (workload 4; figures per message
+  published, ten deliveries each).
 
 The engine runs over the test harness's host (a bare namespace), or with
 ``--host real`` over the broker's own: a broker opened in a temporary data
@@ -48,7 +51,8 @@ BATCH = 100
 ACK_EVERY = 50
 PREFETCH = 100
 BODY = 256
-MODES = ("auto", "manual", "confirm")
+MODES = ("auto", "manual", "confirm", "fanout")
+FANOUT = 10
 
 
 @contextmanager
@@ -90,10 +94,10 @@ def _real_host() -> Iterator[tuple[Any, Callable[[Any], None]]]:
                 close()
 
 
-def _ack_frame(client: Any, tag: int) -> bytes:
+def _ack_frame(client: Any, channel: int, tag: int) -> bytes:
     from broker.protocol.amqp0_9_1 import methods as m
 
-    return client.encode(1, m.BasicAck(delivery_tag=tag, multiple=True))
+    return client.encode(channel, m.BasicAck(delivery_tag=tag, multiple=True))
 
 
 def _setup(host: Any, mode: str) -> tuple[Any, bytes, Callable[[], int]]:
@@ -105,30 +109,44 @@ def _setup(host: Any, mode: str) -> tuple[Any, bytes, Callable[[], int]]:
     client.handshake("default")
     client.open_channel(1)
     client.send(1, m.QueueDeclare(queue="q"))
-    if mode == "manual":
-        client.send(1, m.BasicQos(prefetch_count=PREFETCH))
-    client.send(1, m.BasicConsume(queue="q", consumer_tag="c", no_ack=mode != "manual"))
+    client.take()
+    consumers = [1]
+    exchange = ""
+    if mode == "fanout":
+        exchange, consumers = "amq.fanout", list(range(2, 2 + FANOUT))
+        for number in consumers:
+            client.open_channel(number)
+            client.send(number, m.QueueDeclare(queue=f"q{number}"))
+            client.send(number, m.QueueBind(queue=f"q{number}", exchange=exchange))
+            client.take()
+    for number in consumers:
+        queue = "q" if number == 1 else f"q{number}"
+        if mode in ("manual", "fanout"):
+            client.send(number, m.BasicQos(prefetch_count=PREFETCH))
+        client.send(number, m.BasicConsume(queue=queue, consumer_tag="c",
+                                           no_ack=mode not in ("manual", "fanout")))
     if mode == "confirm":
         client.send(1, m.ConfirmSelect())
     client.take()
     server = client.server
     header = b"\x00<\x00\x00" + BODY.to_bytes(8, "big") + b"\x10\x00\x01"
-    one = (client.encode(1, m.BasicPublish(exchange="", routing_key="q"))
+    one = (client.encode(1, m.BasicPublish(exchange=exchange, routing_key="q"))
            + b"\x02\x00\x01" + len(header).to_bytes(4, "big") + header + b"\xce"
            + b"\x03\x00\x01" + BODY.to_bytes(4, "big") + bytes(BODY) + b"\xce")
-    per = ACK_EVERY if mode == "manual" else BATCH
+    acking = mode in ("manual", "fanout")
+    per = ACK_EVERY if acking else BATCH
     batch = one * per
     tag = 0
 
     def step() -> int:
-        """One batch in, the output out (and the consumer's ack): bytes written."""
+        """One batch in, the output out (and the consumers' acks): bytes written."""
         nonlocal tag
         server.receive_data(batch)
         sent = len(server.data_to_send())
         server.output_drained()
-        if mode == "manual":
+        if acking:
             tag += per
-            server.receive_data(_ack_frame(client, tag))
+            server.receive_data(b"".join(_ack_frame(client, number, tag) for number in consumers))
             sent += len(server.data_to_send())
             server.output_drained()
         return sent
@@ -139,7 +157,7 @@ def _setup(host: Any, mode: str) -> tuple[Any, bytes, Callable[[], int]]:
 def _measure(host_kind: str, mode: str, count: int, profile: bool, top: int = 45) -> dict[str, Any]:
     with (_real_host() if host_kind == "real" else _harness_host()) as (host, _):
         host, _batch, step = _setup(host, mode)
-        per = ACK_EVERY if mode == "manual" else BATCH
+        per = ACK_EVERY if mode in ("manual", "fanout") else BATCH
         for _ in range(20):                     # first-use costs are not per message
             step()
         steps = max(1, count // per)
@@ -155,8 +173,9 @@ def _measure(host_kind: str, mode: str, count: int, profile: bool, top: int = 45
             profiler.disable()
         elapsed = time.process_time() - started
         messages = steps * per
-        queue = host.namespace.queues["q"]
-        assert queue.message_count == 0 and sent > messages * BODY, (queue.message_count, sent)
+        left = sum(queue.message_count for queue in host.namespace.queues.values())
+        copies = FANOUT if mode == "fanout" else 1
+        assert left == 0 and sent > messages * copies * BODY, (left, sent)
         result: dict[str, Any] = {"us": elapsed / messages * 1e6}
         if profiler is not None:
             result["profile"] = _table(profiler, messages, top)

@@ -69,3 +69,51 @@ def test_the_message_size_bound_is_the_one_the_connection_came_with() -> None:
     later.publish(1, "", "q", b"x" * 500)
     close = later.expect(m.ChannelClose, 1)
     assert close.reply_code == 406 and "larger than configured max size 10" in close.reply_text
+
+
+def _consuming(host: FakeHost, count: int) -> Client:
+    client = _client(host)
+    client.send(1, m.QueueDeclare(queue="q"))
+    client.send(1, m.BasicConsume(queue="q", consumer_tag="c"))
+    client.take()
+    client.raw(b"".join(client.publish_bytes(1, "", "q", b"%d" % i) for i in range(count)))
+    assert len(client.deliveries()) == count
+    return client
+
+
+def test_ack_multiple_takes_what_it_names_and_no_more() -> None:
+    host = FakeHost()
+    client = _consuming(host, 6)
+    queue = host.namespace.queues["q"]
+    channel = client.server.channels[1]
+    client.send(1, m.BasicAck(delivery_tag=2, multiple=True))
+    assert (queue.unacked_count, sorted(channel.unacked), channel.unacked_bytes) == (4, [3, 4, 5, 6], 4)
+    client.send(1, m.BasicAck(delivery_tag=4, multiple=False))
+    client.send(1, m.BasicAck(delivery_tag=6, multiple=True))      # the last tag: all the rest
+    assert (queue.unacked_count, channel.unacked, channel.unacked_bytes) == (0, {}, 0)
+    client.send(1, m.BasicAck(delivery_tag=6, multiple=True))      # acked already: nothing
+    assert client.take() == []
+    client.send(1, m.BasicAck(delivery_tag=7, multiple=True))      # never delivered
+    assert client.expect(m.ChannelClose, 1).reply_code == 406
+
+
+def test_ack_multiple_with_tag_zero_takes_everything() -> None:
+    host = FakeHost()
+    client = _consuming(host, 3)
+    client.send(1, m.BasicAck(delivery_tag=0, multiple=True))
+    assert host.namespace.queues["q"].unacked_count == 0
+    assert client.server.channels[1].unacked == {}
+
+
+def test_acks_in_a_transaction_come_back_on_rollback() -> None:
+    host = FakeHost()
+    client = _consuming(host, 4)
+    client.send(1, m.TxSelect())
+    client.send(1, m.BasicAck(delivery_tag=3, multiple=True))
+    channel = client.server.channels[1]
+    assert sorted(channel.unacked) == [4]
+    client.send(1, m.TxRollback())
+    assert sorted(channel.unacked) == [1, 2, 3, 4] and channel.unacked_bytes == 4
+    client.send(1, m.BasicAck(delivery_tag=0, multiple=True))
+    client.send(1, m.TxCommit())
+    assert host.namespace.queues["q"].unacked_count == 0 and channel.unacked == {}
