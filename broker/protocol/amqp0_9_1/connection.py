@@ -39,19 +39,16 @@ from broker.security.access_control import UNCHECKED, ConnectionAccess
 
 from . import access_checks
 from . import methods as m
-from .versions import SERVER_ONLY, VERSION_TABLES, method_ids, method_ids_table, server_properties
+from .method_decoding import MethodDecoder
+from .versions import SERVER_ONLY, VERSION_TABLES, method_ids, server_properties
 from .held_frames import HeldFrames
 from .store_wait import StoreWaits
 from .codec import (FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD,
-                    FRAME_MIN_SIZE, HEARTBEAT_FRAME, malformed_reason, method_frame)
+                    FRAME_MIN_SIZE, HEARTBEAT_FRAME, method_frame)
 
 log = logging.getLogger(__name__)
 
 _FRAME_HEADER = struct.Struct(">BHI")
-_METHOD_ID = struct.Struct(">I")
-_BASIC_PUBLISH = (60 << 16) | 40         # class and method id of basic.publish, as one key
-#: basic.publish payloads a connection keeps decoded (cleared when full)
-PUBLISH_CACHE_SIZE = 64
 
 
 class State(enum.Enum):
@@ -91,9 +88,10 @@ class AmqpConnection(OutputQueue):
         self._mechanism = ""                   # the SASL mechanism chosen in start-ok
         self._sasl: SaslServer | None = None   # its exchange (several steps for SCRAM)
         self._sasl_done: SaslStep | None = None   # logged in; the server's final data sent
-        self._decoders, self._encoders, self._version_pair = VERSION_TABLES[version]
+        _, self._encoders, self._version_pair = VERSION_TABLES[version]
+        #: payload -> method (:mod:`.method_decoding`)
+        self.decode_method: Callable[[bytes], m.Method] = MethodDecoder(version).decode
         self._rest = b""
-        self._publishes: dict[bytes, m.Method] = {}     # basic.publish payload -> method
         self._init_output()
         self.on_output: Callable[[], None] = lambda: None
         self.on_event: Callable[[EngineEvent], None] = lambda event: None
@@ -427,38 +425,6 @@ class AmqpConnection(OutputQueue):
                 raise errors.FrameError(f"heartbeat frame on channel {channel}, must be channel 0")
         else:
             raise errors.FrameError(f"unknown frame type {ftype}")
-
-    def decode_method(self, payload: bytes) -> m.Method:
-        if len(payload) < 4:
-            raise errors.FrameError("method frame shorter than its class and method ids")
-        key = _METHOD_ID.unpack_from(payload, 0)[0]
-        if key == _BASIC_PUBLISH:
-            # a publisher repeats the same few (exchange, routing key, flags): decoded once
-            method = self._publishes.get(payload)
-            if method is not None:
-                return method
-        decoder = self._decoders.get(key)
-        if decoder is None:
-            raise errors.NotImplemented_(
-                f"unknown method class {key >> 16} method {key & 0xFFFF} in AMQP {self.version.value}")
-        try:
-            method = decoder(payload, 4)
-        except (ValueError, IndexError, struct.error) as exc:
-            raise errors.SyntaxError_(
-                f"malformed arguments for method {self._method_name(key)}: {malformed_reason(exc)}") from None
-        if key == _BASIC_PUBLISH:
-            publishes = self._publishes
-            if len(publishes) >= PUBLISH_CACHE_SIZE:
-                publishes.clear()
-            publishes[payload] = method      # (methods are frozen: one object may serve them all)
-        return method
-
-    def _method_name(self, key: int) -> str:
-        ids = method_ids_table(self.version)
-        for cls, (class_id, method_id) in ids.items():
-            if (class_id << 16) | method_id == key:
-                return f"'{cls.NAME}' ({class_id}/{method_id})"
-        return f"{key >> 16}/{key & 0xFFFF}"
 
     def _method_frame(self, channel: int, payload: bytes) -> None:
         method = self.decode_method(payload)

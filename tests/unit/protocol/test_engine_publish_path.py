@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from broker.messaging.message import MessageProperties
 from broker.protocol.amqp0_9_1 import methods as m
-from broker.protocol.amqp0_9_1.connection import PUBLISH_CACHE_SIZE
+from broker.protocol.amqp0_9_1.method_decoding import PUBLISH_CACHE_SIZE
 
 from .harness import Client, FakeHost
 
