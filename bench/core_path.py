@@ -9,6 +9,8 @@ transient messages to the default exchange, batches of 100):
 
 - ``auto``: one consumer, auto-ack (workload 1);
 - ``manual``: prefetch 100, ``basic.ack multiple`` every 50 (workload 2);
+- ``backlog``: the same with the consumer's prefetch full and 100 more queued: every
+  message is stored, then delivered from storage when an ack makes room;
 - ``confirm``: publisher confirms, auto-ack consumer (workload 3);
 - ``fanout``: a fanout exchange to 10 queues, a consumer on each (its own channel),
   prefetch 100, ``basic.ack multiple`` every 50 (workload 4; figures per message
@@ -51,7 +53,8 @@ BATCH = 100
 ACK_EVERY = 50
 PREFETCH = 100
 BODY = 256
-MODES = ("auto", "manual", "confirm", "fanout")
+MODES = ("auto", "manual", "backlog", "confirm", "fanout")
+_ACKING = ("manual", "backlog", "fanout")
 FANOUT = 10
 
 
@@ -121,10 +124,10 @@ def _setup(host: Any, mode: str) -> tuple[Any, bytes, Callable[[], int]]:
             client.take()
     for number in consumers:
         queue = "q" if number == 1 else f"q{number}"
-        if mode in ("manual", "fanout"):
+        if mode in _ACKING:
             client.send(number, m.BasicQos(prefetch_count=PREFETCH))
         client.send(number, m.BasicConsume(queue=queue, consumer_tag="c",
-                                           no_ack=mode not in ("manual", "fanout")))
+                                           no_ack=mode not in _ACKING))
     if mode == "confirm":
         client.send(1, m.ConfirmSelect())
     client.take()
@@ -133,10 +136,16 @@ def _setup(host: Any, mode: str) -> tuple[Any, bytes, Callable[[], int]]:
     one = (client.encode(1, m.BasicPublish(exchange=exchange, routing_key="q"))
            + b"\x02\x00\x01" + len(header).to_bytes(4, "big") + header + b"\xce"
            + b"\x03\x00\x01" + BODY.to_bytes(4, "big") + bytes(BODY) + b"\xce")
-    acking = mode in ("manual", "fanout")
+    acking = mode in _ACKING
     per = ACK_EVERY if acking else BATCH
     batch = one * per
     tag = 0
+    if mode == "backlog":
+        # the consumer's prefetch full and more waiting: every publish is stored, every
+        # ack lets as many out of storage
+        server.receive_data(one * (PREFETCH + BATCH))
+        server.data_to_send()
+        server.output_drained()
 
     def step() -> int:
         """One batch in, the output out (and the consumers' acks): bytes written."""
@@ -157,7 +166,7 @@ def _setup(host: Any, mode: str) -> tuple[Any, bytes, Callable[[], int]]:
 def _measure(host_kind: str, mode: str, count: int, profile: bool, top: int = 45) -> dict[str, Any]:
     with (_real_host() if host_kind == "real" else _harness_host()) as (host, _):
         host, _batch, step = _setup(host, mode)
-        per = ACK_EVERY if mode in ("manual", "fanout") else BATCH
+        per = ACK_EVERY if mode in _ACKING else BATCH
         for _ in range(20):                     # first-use costs are not per message
             step()
         steps = max(1, count // per)
@@ -174,6 +183,8 @@ def _measure(host_kind: str, mode: str, count: int, profile: bool, top: int = 45
         elapsed = time.process_time() - started
         messages = steps * per
         left = sum(queue.message_count for queue in host.namespace.queues.values())
+        if mode == "backlog":
+            left -= BATCH
         copies = FANOUT if mode == "fanout" else 1
         assert left == 0 and sent > messages * copies * BODY, (left, sent)
         result: dict[str, Any] = {"us": elapsed / messages * 1e6}
