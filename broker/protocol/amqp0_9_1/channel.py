@@ -38,6 +38,7 @@ from .properties import FORMAT, decode_properties, encode_properties, parse_cont
 from .replies import Reservation, ReplyOrder
 from .sender_selected import route_sender_selected
 from .declarations import DeclarationMethods
+from .connection import State
 from .tx import PRODUCER_HEADER, Mode, TxMethods
 
 if TYPE_CHECKING:
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
     from .connection import AmqpConnection
 
 log = logging.getLogger(__name__)
+
+OPEN = State.OPEN
 
 
 class Channel(DeclarationMethods, TxMethods):
@@ -64,6 +67,9 @@ class Channel(DeclarationMethods, TxMethods):
         self._properties = b""
         self._body_parts: list[bytes] = []
         self._body_received = 0
+        #: the last header-less properties decoded, as received and decoded: a publisher
+        #: sends the same ones again and again (the message keeps the bytes, not the view)
+        self._last_properties: tuple[bytes, MessageProperties] = (b"", MessageProperties())
         # deliveries
         self._next_tag = 1
         self.unacked: dict[int, tuple[QueueEntry, Subscription | None]] = {}
@@ -159,7 +165,7 @@ class Channel(DeclarationMethods, TxMethods):
             raise errors.FrameError(f"malformed content header: {exc}")
         if class_id != 60:
             raise errors.UnexpectedFrame(f"content header for class {class_id}, expected 60 (basic)")
-        max_size = self.connection.host.max_message_size
+        max_size = self.connection.max_message_size
         if body_size > max_size:
             publish = self._publish
             self._publish = None
@@ -211,12 +217,18 @@ class Channel(DeclarationMethods, TxMethods):
         self._body_parts = []
         encoded = self._properties
         self._properties = b""
-        try:
-            props = decode_properties(encoded, 0)
-        except (ValueError, IndexError, struct.error) as exc:
-            self.connection.hard_error_in_method(
-                errors.FrameError(f"malformed content header properties: {malformed_reason(exc)}"), publish)
-            return
+        if encoded == self._last_properties[0]:
+            props = self._last_properties[1]
+        else:
+            try:
+                props = decode_properties(encoded, 0)
+            except (ValueError, IndexError, struct.error) as exc:
+                self.connection.hard_error_in_method(
+                    errors.FrameError(f"malformed content header properties: {malformed_reason(exc)}"),
+                    publish)
+                return
+            if props.headers is None:       # (no table in it: nothing anyone could change)
+                self._last_properties = (encoded, props)
         ns = self.namespace
         self.connection.messages_received += 1
         if props.reply_to == direct_reply.PSEUDO_QUEUE:
@@ -319,7 +331,9 @@ class Channel(DeclarationMethods, TxMethods):
         return self.flow_active and not self.closing and self.connection.writable and not self._replies.waiting
 
     def can_send_unacked(self, size: int) -> bool:
-        if not self.can_send():
+        # (can_send, inlined: asked before every delivery)
+        if not (self.flow_active and not self.closing and self.connection.writable
+                and not self._replies.waiting):
             return False
         if self.prefetch_count and len(self.unacked) >= self.prefetch_count:
             return False
@@ -333,7 +347,7 @@ class Channel(DeclarationMethods, TxMethods):
         message = entry.message
         if not sub.no_ack:
             self.unacked[tag] = (entry, sub)
-            self.unacked_bytes += message.body_size
+            self.unacked_bytes += len(message.body)
             sub.unacked += 1
         out: list[bytes] = []
         connection = self.connection
@@ -342,7 +356,7 @@ class Channel(DeclarationMethods, TxMethods):
         connection.messages_sent += 1
         if self._replies.waiting:           # behind a reply still owed
             self._replies.send(out, size)
-        elif connection.is_open:            # (what _write does, one call less on the hottest path)
+        elif connection.state is OPEN:      # (what _write does, two calls less on the hottest path)
             connection.write_frames(out, size)
 
     def resume_deliveries(self) -> None:
@@ -462,13 +476,18 @@ class Channel(DeclarationMethods, TxMethods):
     def _take(self, delivery_tag: int, multiple: bool) -> list[tuple[QueueEntry, Subscription | None]]:
         unacked = self.unacked
         if multiple:
-            taken = []
             upto = delivery_tag or self._next_tag
-            while unacked:
-                tag = next(iter(unacked))
-                if tag > upto:
-                    break
-                taken.append(unacked.pop(tag))
+            if unacked and upto >= self._next_tag - 1:
+                # every delivery outstanding (tags are below the next one): all at once
+                taken = list(unacked.values())
+                unacked.clear()
+            else:
+                taken = []
+                while unacked:
+                    tag = next(iter(unacked))
+                    if tag > upto:
+                        break
+                    taken.append(unacked.pop(tag))
             if delivery_tag and not taken and delivery_tag >= self._next_tag:
                 raise errors.PreconditionFailed(f"unknown delivery tag {delivery_tag}")
         else:
@@ -476,20 +495,28 @@ class Channel(DeclarationMethods, TxMethods):
             if item is None:
                 raise errors.PreconditionFailed(f"unknown delivery tag {delivery_tag}")
             taken = [item]
+        size = 0
+        last: Subscription | None = None
         for entry, sub in taken:
-            self.unacked_bytes -= entry.message.body_size
+            size += len(entry.message.body)
             if sub is not None:
                 sub.unacked -= 1
-                if not sub.cancelled:
+                if sub is not last and not sub.cancelled:
+                    last = sub                  # (a run of one consumer's: its queue once)
                     self.connection.schedule_dispatch(sub.queue)
+        self.unacked_bytes -= size
         if self.prefetch_count or self.prefetch_size:
             self.resume_deliveries()
         return taken
 
     def _basic_ack(self, method: m.BasicAck) -> None:
-        taken = self._take_for_settlement(method.delivery_tag, method.multiple)
-        for entry, _sub in taken.values():
-            self.tx.settle(entry)
+        settle = self.tx.settle
+        if self.mode is Mode.TX:
+            for entry, _sub in self._take_for_settlement(method.delivery_tag, method.multiple).values():
+                settle(entry)
+        else:                       # (what _take_for_settlement comes to outside a transaction)
+            for entry, _sub in self._take(method.delivery_tag, method.multiple):
+                settle(entry)
 
     def _take_for_settlement(self, delivery_tag: int, multiple: bool
                              ) -> dict[int, tuple[QueueEntry, Subscription | None]]:

@@ -166,7 +166,7 @@ class Subscription:
             return self.channel.can_send()
         if self.prefetch_count and self.unacked >= self.prefetch_count:
             return False
-        return self.channel.can_send_unacked(entry.message.body_size)
+        return self.channel.can_send_unacked(len(entry.message.body))
 
     def deliver(self, entry: QueueEntry) -> None:
         self.channel.deliver(self, entry)
