@@ -21,7 +21,9 @@ longest stall, the longest the loop thread was *busy* (its CPU time within a
 late tick: a stall with little CPU was the machine not giving the broker a
 core, or the loop waiting for the interpreter lock) and the number of
 stalls over 5 ms while the declares ran,
-and the publish rate the publisher achieved.  On a machine too slow for the
+and the publish rate the publisher achieved, then the stacks the loop thread
+was seen in most during its stalls (sampled every 0.5 ms while a tick is
+over 4 ms late) and the slow garbage collections.  On a machine too slow for the
 rate asked, the achieved rate is what the broker sustained: say so.
 """
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing
 import os
 import statistics
@@ -44,6 +47,7 @@ from .deltamq import REPO, DeltaMQ
 
 PROBE = Path(__file__).resolve().parent / "loop_probe.py"
 STALL_MS = 5.0
+TOP_STACKS = 5
 
 
 class ProbedDeltaMQ(DeltaMQ):
@@ -105,17 +109,44 @@ def _stalls(probe_file: str, start: float, end: float) -> list[tuple[float, floa
     out = []
     with open(probe_file) as f:
         for line in f:
-            at, late, cpu = line.split()
-            if start <= float(at) <= end and late != "gc2":
+            at, late, cpu = line.split()[:3]
+            if start <= float(at) <= end and not late.startswith("gc"):
                 out.append((float(late), float(cpu)))
     return out
 
 
-def _collections(probe_file: str, start: float, end: float) -> list[float]:
-    """Durations (ms) of the full garbage collections between ``start`` and ``end``."""
+def _collections(probe_file: str, start: float, end: float, kind: str = "gc2") -> list[float]:
+    """Durations (ms) of the garbage collections of ``kind`` noted between ``start`` and ``end``.
+
+    ``gc2``: every full collection; ``gc0``/``gc1``: the younger ones over 0.5 ms.
+    """
     with open(probe_file) as f:
-        return [float(ms) for at, kind, ms in (line.split() for line in f)
-                if kind == "gc2" and start <= float(at) <= end]
+        return [float(ms) for at, noted, ms, *_ in (line.split() for line in f)
+                if noted == kind and start <= float(at) <= end]
+
+
+def _stall_stacks(probe_file: str, start: float, end: float) -> list[tuple[int, int, str]]:
+    """What the loop ran in its *busy* stalls between ``start`` and ``end``.
+
+    (samples, stalls it was seen in, stack), most samples first, from the
+    probe's watchdog (``<probe file>.stacks``); only the stalls in which the
+    loop thread used over half the time sampled count (the others were the
+    machine not giving it a core).
+    """
+    samples: dict[str, int] = {}
+    stalls: dict[str, int] = {}
+    path = probe_file + ".stacks"
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        for line in f:
+            record = json.loads(line)
+            if not start <= record["at"] <= end or record["cpu_ms"] < record["ms"] / 2:
+                continue
+            for count, stack in record["stacks"]:
+                samples[stack] = samples.get(stack, 0) + count
+                stalls[stack] = stalls.get(stack, 0) + 1
+    return sorted(((n, stalls[s], s) for s, n in samples.items()), reverse=True)
 
 
 def _figures(stalls: list[tuple[float, float]]) -> tuple[float, int, float]:
@@ -148,10 +179,14 @@ def one_run(label: str, repo: Path, declares: int, rate: int, log: Any) -> dict[
         publisher.join(10)
         stalls = _stalls(probe_file, start, end)
         collections = _collections(probe_file, start, end)
+        young = _collections(probe_file, start, end, "gc1")
+        youngest = _collections(probe_file, start, end, "gc0")
+        stacks = _stall_stacks(probe_file, start, end)
     finally:
         broker.stop()
-        if os.path.exists(probe_file):
-            os.unlink(probe_file)
+        for path in (probe_file, probe_file + ".stacks"):
+            if os.path.exists(path) and not os.environ.get("DECLARE_STALL_KEEP"):
+                os.unlink(path)
     ordered = sorted(latencies)
     figures = {
         "label": label, "declares": len(latencies),
@@ -168,7 +203,11 @@ def one_run(label: str, repo: Path, declares: int, rate: int, log: Any) -> dict[
         f" | flow {flow:,.0f} msg/s over {end - start:.1f} s | flow alone: stall max"
         f" {figures['baseline_stall_max_ms']:.2f} ms (busy {figures['baseline_busy_max_ms']:.2f}),"
         f" {figures['baseline_stalls_over_5ms']} over {STALL_MS:.0f} ms | full GCs {len(collections)},"
-        f" longest {figures['full_gc_max_ms']:.2f} ms")
+        f" longest {figures['full_gc_max_ms']:.2f} ms; over 0.5 ms: gen-1 {len(young)}"
+        f" (longest {max(young, default=0.0):.2f} ms), gen-0 {len(youngest)}"
+        f" (longest {max(youngest, default=0.0):.2f} ms)")
+    for samples, seen_in, stack in stacks[:TOP_STACKS]:
+        log(f"     stalled in ({samples} samples, {seen_in} stalls): {stack}")
     return figures
 
 

@@ -90,9 +90,14 @@ class LoopTicket:
 
     def when_stored(self, callback: Callable[[BaseException | None], None]) -> None:
         """``callback(None)`` once durable, ``callback(error)`` if not; on the loop, in submission order."""
+        # not ``self.loop`` in the closure: the future keeps its callbacks, and a ticket the
+        # callback reached would make a reference cycle (ticket, future, callback), and all
+        # the callback reaches would wait for the cyclic garbage collector (long pauses)
+        loop = self.loop
+
         def settled(future: Future[None]) -> None:
             try:
-                self.loop.call_soon_threadsafe(callback, future.exception())
+                loop.call_soon_threadsafe(callback, future.exception())
             except RuntimeError:
                 pass                          # the loop is closed: nobody waits any more
 
