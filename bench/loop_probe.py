@@ -13,8 +13,9 @@ every connection waited.  Full garbage collections are noted as
 that took over 0.5 ms as ``gc0``/``gc1``.  The CPU figure tells why: a loop
 that was busy running something (CPU close to the lateness), or one that was
 not given a core or waited for the interpreter lock (CPU well below it).
-With ``DELTAMQ_LOOP_PROBE_GARBAGE=1`` the cyclic garbage each collection
-freed is counted by type in ``<probe file>.garbage`` (for finding the cycles;
+With ``DELTAMQ_LOOP_PROBE_GARBAGE=1`` the objects in the young generation
+when it is collected and the cyclic garbage each collection freed are
+counted by type in ``<probe file>.garbage`` (for finding the cycles;
 it slows collections, so not for figures).
 
 What the loop ran meanwhile: a watchdog thread notices a tick more than 4 ms
@@ -73,17 +74,24 @@ def _start_probe(path: str) -> None:
     def collected(phase: str, info: dict[str, int]) -> None:
         generation = info.get("generation")
         if phase == "start":
+            if out_garbage is not None and generation == 0:
+                young = gc.get_objects(0)
+                kinds = Counter(type(o).__qualname__ for o in young)
+                out_garbage.write(json.dumps({"at": round(time.time(), 4), "young": len(young),
+                                              "types": kinds.most_common(12)}) + "\n")
+                del young
             started[0] = time.perf_counter()
             return
         took = (time.perf_counter() - started[0]) * 1000
         if generation == 2 or took > 0.5:
             out.write(f"{time.time():.4f} gc{generation} {took:.3f} {info.get('collected', 0)}\n")
-        if gc.garbage:
+        if out_garbage is not None and gc.garbage:
             kinds = Counter(type(o).__qualname__ for o in gc.garbage)
             gc.garbage.clear()
             out_garbage.write(json.dumps({"at": round(time.time(), 4), "generation": generation,
                                           "types": kinds.most_common(12)}) + "\n")
 
+    out_garbage = None
     if os.environ.get("DELTAMQ_LOOP_PROBE_GARBAGE"):
         # what the collections free, by type (slows them: for finding cycles, not for figures)
         gc.set_debug(gc.DEBUG_SAVEALL)
