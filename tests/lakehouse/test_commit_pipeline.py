@@ -61,7 +61,8 @@ def _request(number: int, payload: bytes) -> bytes:
 class _Writer:
     """``serve`` in a thread, fed through a pipe; links, log fsyncs and answers noted in ``events``."""
 
-    def __init__(self, table: AppendOnlyTable, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, table: AppendOnlyTable, monkeypatch: pytest.MonkeyPatch,
+                 pool_batch: int | None = None) -> None:
         self.events: list[tuple[Any, ...]] = []
         self.lock = threading.Lock()
         log_dir = table.path / "_delta_log"
@@ -88,6 +89,8 @@ class _Writer:
         monkeypatch.setattr(log_commit.os, "link", link)
         monkeypatch.setattr(log_commit, "fsync_path", fsync)
         monkeypatch.setattr(os, "fsync", os_fsync)
+        if pool_batch is not None:            # as the writer process does; after the patches, so
+            table.pool_data_files(batch=pool_batch)   # the pool's first directory fsync is noted too
         read, self._write = os.pipe()
         self._requests: BinaryIO = os.fdopen(read, "rb")
         answers = _Answers(self.events)
@@ -112,10 +115,8 @@ class _Writer:
 def test_each_group_is_answered_durable_after_its_own_log_entry_is_fsynced(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ahead: bool) -> None:
     table = open_journal_table(str(tmp_path / "journal"), 1)
-    if ahead:                                  # as the writer process does
-        table.pool_data_files(batch=4)
     first_version = table.version
-    writer = _Writer(table, monkeypatch)
+    writer = _Writer(table, monkeypatch, pool_batch=4 if ahead else None)
     groups = 12
     writer.send(b"".join(_request(number, _group(number * 100, number)) for number in range(1, groups + 1)))
     wait_until(lambda: writer.answered(groups, DURABLE), timeout=60, what="the last group durable")
