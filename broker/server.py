@@ -27,12 +27,13 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 
-from broker import __version__, data_directory, errors
+from broker import __version__, cpu_placement, data_directory, errors
 from broker.listeners import Listeners, ManagementPlugin
 from broker.messaging.flow_to_disk import THRESHOLD_VARIABLE, FlowToDisk, threshold_from
 from broker.protocol.detect import AmqpVersion
@@ -325,6 +326,9 @@ def _tune_garbage_collector() -> None:
 async def _main(system: Any, data_dir: str | None) -> None:
     _raise_descriptor_limit()
     _tune_garbage_collector()
+    # TLS handshakes, name lookups: worker threads on all the broker's CPUs, not the loop's alone
+    asyncio.get_running_loop().set_default_executor(
+        ThreadPoolExecutor(thread_name_prefix="deltamq-worker", initializer=cpu_placement.release_this_thread))
     broker = system.broker
     alarms = broker.resource_alarms = _resource_alarms(broker, data_dir)
     failure: errors.BrokerError | None = None
@@ -383,6 +387,11 @@ def serve(config_path: str | None, context: dict[str, str], log_level: str = "IN
 
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:                # before the journal writers start (they place themselves)
+        placement = cpu_placement.plan_for_broker(cpu_placement.writer_realtime())
+    except ValueError as exc:
+        log.error("cannot start: %s", exc)
+        return 2
     lock: data_directory.DataDirectoryLock | None = None
     try:
         system = configure_system(config_path, context, store_type=None,
@@ -397,6 +406,7 @@ def serve(config_path: str | None, context: dict[str, str], log_level: str = "IN
         if lock is not None:
             lock.release()
         return 2
+    cpu_placement.place_loop(placement)        # this thread runs the event loop
     try:
         anyio.run(_main, system, None if lock is None else str(lock.path),
                   backend="asyncio", backend_options=_backend_options())

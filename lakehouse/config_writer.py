@@ -51,6 +51,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import IO, Any
 
+from broker.cpu_placement import release_this_process, released
 from broker.data_directory import inherited_descriptors
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ class ConfigurationWriter:
     def start(self) -> None:
         if self._thread is None:
             self._stopping = False
-            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread = threading.Thread(target=released(self._run), name=self._name, daemon=True)
             self._thread.start()
 
     def submit(self, changes: list[Change]) -> Future[None]:
@@ -371,7 +372,7 @@ class Checkpointer:
         self._checkpoint = checkpoint
         self._due = threading.Event()
         self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="config-checkpoints", daemon=True)
+        self._thread = threading.Thread(target=released(self._run), name="config-checkpoints", daemon=True)
         self._thread.start()
 
     def due(self) -> None:
@@ -438,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     # the broker ends this process (the end of its input), not Ctrl-C to the process group
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    release_this_process()          # not on the event loop's CPUs alone (broker.cpu_placement)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s config-writer: %(message)s")
     tables = Tables()

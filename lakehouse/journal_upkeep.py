@@ -56,6 +56,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from broker.cpu_placement import stay_on_inherited_cpus
 from broker.data_directory import inherited_descriptors
 
 from .delta_table import AppendOnlyTable, is_uri
@@ -328,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _lower_priority()
+    stay_on_inherited_cpus()        # the writers' CPUs, maintenance thread included (broker.cpu_placement)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s journal-upkeep: %(message)s")
     table = journal_table(location, log_hours)

@@ -56,6 +56,7 @@ from typing import Any, Callable, Optional
 
 import pyarrow as pa
 
+from broker.cpu_placement import place_writer_process
 from broker.messaging.message import MessageProperties
 from broker.messaging.message_format import MessageFormat, format_for
 from broker.messaging.records import to_json_value
@@ -387,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     # the publisher thread wakes from its fsync while the main thread encodes the next group:
     # it must get the interpreter back within a fraction of a commit, not Python's 5 ms
     sys.setswitchinterval(SWITCH_INTERVAL)
+    place_writer_process()              # off the event loop's CPUs: broker.cpu_placement
     enable_in_this_process()            # threads ahead of normal work: lakehouse.writer_priority
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s journal-writer: %(message)s")

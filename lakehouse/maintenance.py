@@ -83,6 +83,8 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
+from broker.cpu_placement import released
+
 from .delta_table import AppendOnlyTable, table_files
 from .file_rewrite import read_batches, write_batches_synced
 from .log_state import LogState, read_last_checkpoint
@@ -133,7 +135,7 @@ class TableMaintenance:
 
     def start(self) -> None:
         self.table.on_checkpoint_due = self.checkpoint_due
-        self._thread = threading.Thread(target=self._run, name=f"maintenance-{self.table.name}",
+        self._thread = threading.Thread(target=released(self._run), name=f"maintenance-{self.table.name}",
                                         daemon=True)
         self._thread.start()
 

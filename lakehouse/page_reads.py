@@ -21,6 +21,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Final
 
+from broker.cpu_placement import release_this_thread
 from broker.messaging.flow_to_disk import UnreadablePages
 from broker.messaging.message import Message, MessageProperties
 from broker.messaging.message_format import MessageFormat, format_for
@@ -119,7 +120,8 @@ class JournalPageReader:
             done(result)
             return
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="page-reads")
+            self._executor = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="page-reads",
+                                                initializer=release_this_thread)
         future = self._executor.submit(self._read, ids)
 
         def landed(finished: Future[list[Message]]) -> None:

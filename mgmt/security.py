@@ -35,6 +35,7 @@ from typing import cast
 
 import anyio
 
+from broker.cpu_placement import released
 from broker.errors import AuthenticationFailed
 from broker.model.authentication import AuthenticationProvider
 from broker.model.configured_object import ConfiguredObject
@@ -189,7 +190,7 @@ class Authenticator:
             return provider.authenticate(user, password, remote_host)
 
         try:
-            return await anyio.to_thread.run_sync(verify)
+            return await anyio.to_thread.run_sync(released(verify))
         except LoginThrottled as exc:
             raise LoginBlocked(exc.text, exc.retry_after) from None
         except AuthenticationFailed as exc:

@@ -43,6 +43,7 @@ import anyio
 from litestar import MediaType, Request, Response, get, post
 from litestar.handlers import BaseRouteHandler
 
+from broker.cpu_placement import released
 from broker.security.principal import Principal
 from mgmt.errors import FORBIDDEN, SERVICE_UNAVAILABLE, UNPROCESSABLE, ApiError
 
@@ -282,7 +283,7 @@ class SqlHistory:
 
         with anyio.move_on_after(self.timeout):
             try:
-                result = await anyio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=self.limiter)
+                result = await anyio.to_thread.run_sync(released(work), abandon_on_cancel=True, limiter=self.limiter)
             except ServerGone as exc:
                 raise ApiError(SERVICE_UNAVAILABLE, str(exc)) from None
             except Exception as exc:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 
+from broker.cpu_placement import released
 from broker.errors import AccessRefused, ConfigurationError, NotFound, PreconditionFailed, StoreFailed
 from broker.messaging.message import Message
 from broker.messaging.message_format import MessageFormat, format_for
@@ -231,7 +232,7 @@ def _moment(label: str, name: str, text: str | None) -> datetime | None:
 async def _in_thread(label: str, work: Callable[[], T]) -> T:
     """Run ``work`` (a journal read) in a worker thread; its errors as management's."""
     try:
-        return await anyio.to_thread.run_sync(work)
+        return await anyio.to_thread.run_sync(released(work))
     except ValueError as exc:              # bounds the table contradicts (a version it lacks)
         parameter = getattr(exc, "parameter", None)
         where = f"parameter '{parameter}': " if parameter else ""
