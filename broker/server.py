@@ -49,6 +49,8 @@ log = logging.getLogger("deltamq")
 #: how long management may take to finish the requests in flight at shutdown
 MANAGEMENT_STOP_TIMEOUT = 5.0
 GC_YOUNG_THRESHOLD = 50_000
+#: seconds between looks at the journals' commits, for the loop's CPU placement (broker.cpu_placement)
+PLACEMENT_CHECK_INTERVAL = 1.0
 TIMER_RESOLUTION = 0.05
 
 
@@ -356,12 +358,23 @@ async def _run(broker: Any, alarms: ResourceAlarms, tg: TaskGroup) -> None:
             vhost.journal.attach_loop(asyncio.get_running_loop())
     tg.start_soon(_drive_virtual_hosts, broker)
     tg.start_soon(_watch_resources, broker, alarms)
+    placement = cpu_placement.inherited()
+    if placement is not None:
+        tg.start_soon(_place_loop_while_journals_commit, broker, cpu_placement.LoopPlacement(placement))
     broker.loop_lag.start(asyncio.get_running_loop())
     log.info("DeltaMQ %s ready", __version__)
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
             log.info("received %s: shutting down", signal.Signals(signum).name)
             break
+
+
+async def _place_loop_while_journals_commit(broker: Any, placing: cpu_placement.LoopPlacement) -> None:
+    """Once a second: this (the loop's) thread kept from the journal writers' CPUs while they commit."""
+    while True:
+        commits = sum(getattr(getattr(vhost, "journal", None), "commits", 0) for vhost in broker.virtual_hosts)
+        placing.observe(commits, time.monotonic())
+        await anyio.sleep(PLACEMENT_CHECK_INTERVAL)
 
 
 def _backend_options() -> dict[str, Any]:
@@ -406,7 +419,8 @@ def serve(config_path: str | None, context: dict[str, str], log_level: str = "IN
         if lock is not None:
             lock.release()
         return 2
-    cpu_placement.place_loop(placement)        # this thread runs the event loop
+    if placement is not None:
+        log.info("%s", placement.describe())
     try:
         anyio.run(_main, system, None if lock is None else str(lock.path),
                   backend="asyncio", backend_options=_backend_options())

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from typing import Callable
 
+from broker.cpu_placement import place_writer_process
 from broker.data_directory import inherited_descriptors
 
 from .commit_pipeline import ERROR_LENGTH, FAILED, REPLY
@@ -42,6 +43,7 @@ class WriterChannel:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
             pass_fds=inherited_descriptors())   # it holds the data directory while it lives
         assert self.process.stdin is not None and self.process.stdout is not None
+        place_writer_process(self.process.pid)  # off the event loop's CPUs: broker.cpu_placement
         self._in = self.process.stdin
         self._out = self.process.stdout
         try:                                   # a group in one write, not several (Linux: 64 KiB default)

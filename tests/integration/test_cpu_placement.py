@@ -1,6 +1,7 @@
 """The broker started as a user starts it: its event loop and its journal writer on CPUs of their own.
 
-broker.cpu_placement: the loop's thread on the loop's CPUs, every thread of the
+broker.cpu_placement: the loop's thread on the loop's CPUs while the journal
+commits (on every CPU again once it has not for a while), every thread of the
 journal writer process and of the upkeep it starts on the writers', and
 everything else -- the configuration writer, the broker's other threads --
 on all the CPUs the broker was given.
@@ -103,9 +104,13 @@ def _use(broker: DeltaMQProcess) -> None:
 def test_the_loop_and_the_journal_writer_run_on_the_cpus_they_are_given(monkeypatch: pytest.MonkeyPatch) -> None:
     loop_cpu, writer_cpu = ALLOWED[-2], ALLOWED[-1]
     monkeypatch.setenv("DELTAMQ_CPU_PLACEMENT", f"{loop_cpu}/{writer_cpu}")
+    monkeypatch.setenv("DELTAMQ_CPU_PLACEMENT_IDLE_S", "2")
     everything = frozenset(ALLOWED)
     with DeltaMQProcess() as broker:
         _use(broker)
+        # the loop is kept off the writers' CPUs while the journal commits (looked at once a second)
+        wait_until(lambda: _placement_of(broker)["loop"] == {frozenset({loop_cpu})}, timeout=10,
+                   what="the loop on its CPU")
         # the configuration writer sets itself back once its imports are done; the upkeep's
         # maintenance thread (its work) is started once it opened the table
         wait_until(lambda: _placement_of(broker)["config writer"] == {everything}, timeout=30,
@@ -115,11 +120,17 @@ def test_the_loop_and_the_journal_writer_run_on_the_cpus_they_are_given(monkeypa
                    timeout=30, what="the upkeep's maintenance thread")
         seen = _placement_of(broker)
         log = broker.log_tail()
+        # no commits for 2 s: the loop may run anywhere again; commits: placed again
+        wait_until(lambda: _placement_of(broker)["loop"] == {everything}, timeout=15,
+                   what="the idle loop on every CPU")
+        _use(broker)
+        wait_until(lambda: _placement_of(broker)["loop"] == {frozenset({loop_cpu})}, timeout=10,
+                   what="the loop on its CPU again")
     assert seen["loop"] == {frozenset({loop_cpu})}
     assert seen["writer's Python threads"] == {frozenset({writer_cpu})}     # stager, publisher, fsync, ...
     assert seen["upkeep"] == {frozenset({writer_cpu})}
     assert seen["config writer"] == {everything}
-    assert f"event loop on CPU {loop_cpu}, journal writers on CPU {writer_cpu}" in log
+    assert f"event loop on CPU {loop_cpu} while journals commit, journal writers on CPU {writer_cpu}" in log
 
 
 @needs_two_cpus
@@ -129,6 +140,8 @@ def test_by_default_the_writer_gets_the_last_cpu_and_the_loop_the_others(monkeyp
     writers = max(1, len(ALLOWED) // 8)
     with DeltaMQProcess() as broker:
         _use(broker)
+        wait_until(lambda: _placement_of(broker)["loop"] == {frozenset(ALLOWED[:-writers])}, timeout=10,
+                   what="the loop on its CPUs")
         seen = _placement_of(broker)
     assert seen["loop"] == {frozenset(ALLOWED[:-writers])}
     assert seen["writer's Python threads"] == {frozenset(ALLOWED[-writers:])}

@@ -93,7 +93,10 @@ def test_the_broker_thread_is_placed_and_what_it_starts_is_set_back(monkeypatch:
         placed = cpu_placement.plan_for_broker(realtime=False, setting=f"{loop_cpu}/{writer_cpu}")
         assert placed is not None and os.environ[PLAN] == placed.encode()
         assert os.sched_getaffinity(0) == everything      # not yet: start-up's threads keep every CPU
-        assert cpu_placement.place_loop(placed)
+        loop = cpu_placement.LoopPlacement(placed, idle_after=5)
+        loop.observe(3, 100.0)
+        loop.observe(4, 101.0)                             # a commit: placed
+        assert loop.placed
         seen["loop"] = os.sched_getaffinity(0)
         with ThreadPoolExecutor(1, initializer=cpu_placement.release_this_thread) as pool:   # a worker
             seen["worker"] = pool.submit(os.sched_getaffinity, 0).result()
@@ -125,10 +128,59 @@ def test_without_a_plan_nothing_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[set[int]] = []
 
     def work() -> None:
-        placed = cpu_placement.plan_for_broker(realtime=True, setting="off")
-        assert placed is None and not cpu_placement.place_loop(placed)
+        assert cpu_placement.plan_for_broker(realtime=True, setting="off") is None
         cpu_placement.place_writer_process()
         cpu_placement.release_this_thread()
         seen.append(os.sched_getaffinity(0))
     _in_a_thread(work)
     assert seen == [before] and PLAN not in os.environ      # plan_for_broker took the empty one away
+
+
+class _Affinity:
+    def __init__(self, refuse: bool = False) -> None:
+        self.calls: list[set[int]] = []
+        self.refuse = refuse
+
+    def __call__(self, pid: int, cpus: frozenset[int]) -> None:
+        assert pid == 0                                  # the calling thread: the loop's
+        if self.refuse:
+            raise OSError(22, "Invalid argument")
+        self.calls.append(set(cpus))
+
+
+PLACED = Placement(frozenset({0}), frozenset({1}), frozenset({0, 1}))
+
+
+def test_the_loop_is_placed_while_journals_commit_and_freed_after_a_quiet_spell() -> None:
+    affinity = _Affinity()
+    loop = cpu_placement.LoopPlacement(PLACED, idle_after=5.0, apply=affinity)
+    loop.observe(40, 0.0)                 # start-up's count (recovery's commits): not activity
+    loop.observe(40, 1.0)
+    assert not loop.placed and affinity.calls == []
+    loop.observe(41, 2.0)                 # commits: on the loop's CPUs at once
+    assert loop.placed and affinity.calls == [{0}]
+    loop.observe(300, 3.0)                # the last commits seen
+    loop.observe(300, 7.9)                # 4.9 s without one: still placed
+    assert loop.placed and affinity.calls == [{0}]
+    loop.observe(300, 8.0)                # 5 s: every CPU again
+    assert not loop.placed and affinity.calls == [{0}, {0, 1}]
+    loop.observe(301, 9.0)
+    assert loop.placed and affinity.calls == [{0}, {0, 1}, {0}]
+
+
+def test_a_refused_placement_is_said_once_and_not_tried_again(caplog: pytest.LogCaptureFixture) -> None:
+    loop = cpu_placement.LoopPlacement(PLACED, idle_after=5.0, apply=_Affinity(refuse=True))
+    for second, commits in enumerate([1, 2, 3, 4, 5]):
+        loop.observe(commits, float(second))
+    assert not loop.placed
+    warnings = [record for record in caplog.records if "placement not applied" in record.getMessage()]
+    assert len(warnings) == 1 and "Invalid argument" in warnings[0].getMessage()
+
+
+@pytest.mark.parametrize(("value", "seconds"), [(None, 5.0), ("0.5", 0.5), ("soon", 5.0), ("-3", 0.0)])
+def test_the_quiet_spell_is_a_setting(monkeypatch: pytest.MonkeyPatch, value: str | None, seconds: float) -> None:
+    if value is None:
+        monkeypatch.delenv("DELTAMQ_CPU_PLACEMENT_IDLE_S", raising=False)
+    else:
+        monkeypatch.setenv("DELTAMQ_CPU_PLACEMENT_IDLE_S", value)
+    assert cpu_placement.LoopPlacement(PLACED).idle_after == seconds
