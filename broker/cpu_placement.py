@@ -17,8 +17,8 @@ journals commit (:class:`LoopPlacement`; on every CPU after
 ``DELTAMQ_CPU_PLACEMENT_IDLE_S``, 5 s, without a commit) and every
 journal writer process on the others, with the upkeep process each writer
 starts (checkpoints, compaction: at idle priority it takes what the writers
-leave of their CPUs, and its files' writes keep off the loop's).  The loop's
-CPUs are the writer's real-time threads' never, whatever the writer does.
+leave of their CPUs, and its files' writes keep off the loop's).  The
+writer's real-time threads never run on the loop's CPUs, whatever they do.
 Everything else the broker starts may run anywhere: its worker threads (TLS
 handshakes, Delta and Spark work, the configuration store's) and its other
 processes (the configuration writer, Spark's JVM) set themselves back to
@@ -27,8 +27,8 @@ all the CPUs the broker was given (:func:`release_this_thread`,
 of the thread that started it.
 
 Measured (docs/journal-commits.md, "The event loop and the writer on CPUs of
-their own"): 1.0 durable messages at half the peak rate, p50 7.0-8.5 ->
-5.3-6.1 ms; with the upkeep on every CPU instead, p50 6.2-7.0 ms.
+their own"): 1.0 durable messages at half the peak rate, p50 7.0-9.1 ->
+5.3-6.4 ms; with the upkeep on every CPU instead, p50 6.2-7.0 ms.
 
 ``DELTAMQ_CPU_PLACEMENT``:
 
@@ -56,8 +56,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import ParamSpec, TypeVar
 
-__all__ = ["Placement", "SETTING", "PLAN", "parse_cpu_list", "format_cpu_list", "plan", "plan_for_broker", "LoopPlacement", "IDLE_AFTER",
-           "inherited", "place_writer_process", "writer_realtime", "stay_on_inherited_cpus", "release_this_thread", "release_this_process", "released"]
+__all__ = ["Placement", "LoopPlacement", "SETTING", "IDLE_SETTING", "IDLE_AFTER", "PLAN", "parse_cpu_list",
+           "format_cpu_list", "plan", "plan_for_broker", "inherited", "place_writer_process", "writer_realtime",
+           "stay_on_inherited_cpus", "release_this_thread", "release_this_process", "released"]
 
 log = logging.getLogger(__name__)
 
