@@ -246,12 +246,12 @@ def inherited() -> Placement | None:
         return None
 
 
-def _set(cpus: frozenset[int]) -> bool:
+def _set(cpus: frozenset[int], pid: int = 0) -> None:
+    """``pid`` (0: the calling thread) on ``cpus``; a refusal leaves it where it is."""
     try:
-        os.sched_setaffinity(0, cpus)
-        return True
+        os.sched_setaffinity(pid, cpus)
     except OSError:
-        return False
+        pass
 
 
 def place_writer_process(pid: int = 0) -> None:
@@ -259,10 +259,7 @@ def place_writer_process(pid: int = 0) -> None:
     its imports start threads sized by the CPUs it may use, and by the writer itself at its start."""
     placement = inherited()
     if placement is not None:
-        try:
-            os.sched_setaffinity(pid, placement.writer)
-        except OSError:
-            pass
+        _set(placement.writer, pid)
 
 
 def stay_on_inherited_cpus() -> None:

@@ -325,7 +325,7 @@ def _tune_garbage_collector() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 100)
 
 
-async def _main(system: Any, data_dir: str | None) -> None:
+async def _main(system: Any, data_dir: str | None, placement: cpu_placement.Placement | None) -> None:
     _raise_descriptor_limit()
     _tune_garbage_collector()
     # TLS handshakes, name lookups: worker threads on all the broker's CPUs, not the loop's alone
@@ -343,7 +343,7 @@ async def _main(system: Any, data_dir: str | None) -> None:
             failure = exc
         else:
             await listeners.wait_started()
-            await _run(broker, alarms, tg)
+            await _run(broker, alarms, tg, placement)
         await listeners.shutdown(MANAGEMENT_STOP_TIMEOUT)
         broker.stop_listening()
         tg.cancel_scope.cancel()
@@ -351,14 +351,14 @@ async def _main(system: Any, data_dir: str | None) -> None:
         raise failure
 
 
-async def _run(broker: Any, alarms: ResourceAlarms, tg: TaskGroup) -> None:
+async def _run(broker: Any, alarms: ResourceAlarms, tg: TaskGroup,
+               placement: cpu_placement.Placement | None) -> None:
     """Drive timers and the resource alarms until SIGINT or SIGTERM."""
     for vhost in broker.virtual_hosts:
         if getattr(vhost, "journal", None) is not None:
             vhost.journal.attach_loop(asyncio.get_running_loop())
     tg.start_soon(_drive_virtual_hosts, broker)
     tg.start_soon(_watch_resources, broker, alarms)
-    placement = cpu_placement.inherited()
     if placement is not None:
         tg.start_soon(_place_loop_while_journals_commit, broker, cpu_placement.LoopPlacement(placement))
     broker.loop_lag.start(asyncio.get_running_loop())
@@ -422,7 +422,7 @@ def serve(config_path: str | None, context: dict[str, str], log_level: str = "IN
     if placement is not None:
         log.info("%s", placement.describe())
     try:
-        anyio.run(_main, system, None if lock is None else str(lock.path),
+        anyio.run(_main, system, None if lock is None else str(lock.path), placement,
                   backend="asyncio", backend_options=_backend_options())
     except OSError as exc:
         log.error("cannot start: %s", exc)
